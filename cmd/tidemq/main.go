@@ -1,0 +1,157 @@
+// Command tidemq runs the broker: a single node on its embedded default
+// (data in ./data, listening on 127.0.0.1:8080) with no other setup.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/pebblestore"
+)
+
+type config struct {
+	addr            string
+	data            string
+	autoCreate      bool
+	fsync           string
+	tokens          string
+	maxMessageBytes int
+	logLevel        string
+	shutdownTimeout time.Duration
+}
+
+// parseConfig reads flags, each defaulting to its environment variable.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("tidemq", flag.ContinueOnError)
+	env := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	autoCreate, err := strconv.ParseBool(env("TIDEMQ_AUTO_CREATE", "true"))
+	if err != nil {
+		return c, fmt.Errorf("TIDEMQ_AUTO_CREATE: %w", err)
+	}
+	maxMsg, err := strconv.Atoi(env("TIDEMQ_MAX_MESSAGE_BYTES", strconv.Itoa(core.DefaultMaxMessageBytes)))
+	if err != nil {
+		return c, fmt.Errorf("TIDEMQ_MAX_MESSAGE_BYTES: %w", err)
+	}
+	fs.StringVar(&c.addr, "addr", env("TIDEMQ_ADDR", "127.0.0.1:8080"), "listen address (TIDEMQ_ADDR)")
+	fs.StringVar(&c.data, "data", env("TIDEMQ_DATA", "./data"), "data directory (TIDEMQ_DATA)")
+	fs.BoolVar(&c.autoCreate, "auto-create", autoCreate, "create missing topics on send and subscriptions on pull (TIDEMQ_AUTO_CREATE)")
+	fs.StringVar(&c.fsync, "fsync", env("TIDEMQ_FSYNC", "always"), "always: a send is answered after its batch is fsynced; never: leave it to the OS (TIDEMQ_FSYNC)")
+	fs.StringVar(&c.tokens, "tokens", env("TIDEMQ_TOKENS", ""), "tokens file, YAML or JSON (TIDEMQ_TOKENS)")
+	fs.IntVar(&c.maxMessageBytes, "max-message-bytes", maxMsg, "largest message body in bytes (TIDEMQ_MAX_MESSAGE_BYTES)")
+	fs.StringVar(&c.logLevel, "log-level", env("TIDEMQ_LOG_LEVEL", "info"), "debug, info, warn or error (TIDEMQ_LOG_LEVEL)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	var problems []error
+	if c.fsync != "always" && c.fsync != "never" {
+		problems = append(problems, fmt.Errorf("--fsync must be always or never, not %q", c.fsync))
+	}
+	if c.maxMessageBytes < 1 || c.maxMessageBytes > gateway.DefaultMaxRequestBytes {
+		problems = append(problems, fmt.Errorf("--max-message-bytes must be between 1 and %d", gateway.DefaultMaxRequestBytes))
+	}
+	if c.tokens != "" {
+		problems = append(problems, errors.New("--tokens is not supported yet by this build; run without it on loopback"))
+	}
+	return c, errors.Join(problems...)
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tidemq:", err)
+		os.Exit(2)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.logLevel)); err != nil {
+		fmt.Fprintln(os.Stderr, "tidemq: --log-level:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := run(ctx, cfg, log); err != nil {
+		log.Error("tidemq stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.data, 0o755); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	store, err := pebblestore.Open(cfg.data, pebblestore.Options{Logger: log})
+	if err != nil {
+		return err
+	}
+	broker, err := core.New(store, core.Options{
+		Logger: log, AutoCreate: cfg.autoCreate, NoSync: cfg.fsync == "never",
+		MaxMessageBytes: cfg.maxMessageBytes,
+	})
+	if err != nil {
+		return errors.Join(err, store.Close())
+	}
+	handler, err := gateway.New(broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.maxMessageBytes})
+	if err != nil {
+		return errors.Join(err, broker.Close(), store.Close())
+	}
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return errors.Join(err, broker.Close(), store.Close())
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		// No WriteTimeout: it would cut long polls.
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("tidemq listening", "addr", ln.Addr().String(), "data", cfg.data, "fsync", cfg.fsync,
+		"auto_create", cfg.autoCreate, "console", "http://"+ln.Addr().String()+"/")
+	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
+		log.Warn("listening beyond loopback without tokens: anyone who can reach this port can use the broker")
+	}
+
+	select {
+	case err := <-serveErr:
+		return errors.Join(err, broker.Close(), store.Close())
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: answering parked pulls, draining requests")
+	broker.StopPolling()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	shutdownErr := srv.Shutdown(sctx)
+	if errors.Is(shutdownErr, context.DeadlineExceeded) {
+		shutdownErr = errors.Join(shutdownErr, srv.Close())
+	}
+	err = errors.Join(shutdownErr, broker.Close(), store.Close())
+	if err == nil {
+		log.Info("tidemq stopped cleanly")
+	}
+	return err
+}

@@ -1,0 +1,446 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults applied where an Options or request field is zero.
+const (
+	DefaultQueues            = 8
+	DefaultRetentionHours    = 24
+	DefaultMaxMessageBytes   = 4 << 20
+	DefaultMaxLeasesPerQueue = 10000
+	MaxQueues                = 1024
+	MaxRetentionHours        = 8760
+	MaxBatchMessages         = 1000
+)
+
+// Options configures a Broker. The zero value works: auto-create off, fsync on.
+type Options struct {
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// AutoCreate creates a missing topic on send and a missing subscription
+	// on pull, with defaults.
+	AutoCreate bool
+	// NoSync commits without fsync (--fsync=never): a crash may lose the
+	// last moments of acknowledged sends.
+	NoSync bool
+	// MaxMessageBytes caps one message body (default 4 MiB).
+	MaxMessageBytes int
+	// MaxLeasesPerQueue caps leased messages per subscription queue: flow
+	// control for consumers that pull and never ack (default 10000).
+	MaxLeasesPerQueue int
+	// MaxCommitBytes caps one appender batch (default 8 MiB).
+	MaxCommitBytes int
+}
+
+func (o *Options) withDefaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxMessageBytes <= 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if o.MaxLeasesPerQueue <= 0 {
+		o.MaxLeasesPerQueue = DefaultMaxLeasesPerQueue
+	}
+	if o.MaxCommitBytes <= 0 {
+		o.MaxCommitBytes = 8 << 20
+	}
+}
+
+// Broker is the single-node message broker. All methods are safe for
+// concurrent use.
+type Broker struct {
+	opts  Options
+	store Store
+	log   *slog.Logger
+
+	// adminMu serializes topic and subscription definition changes, which
+	// are rare; sends, pulls and acks never take it.
+	adminMu sync.Mutex
+
+	mu         sync.RWMutex // guards the maps below
+	topics     map[string]*topic
+	topicsByID map[uint32]*topic
+	lastTopic  uint32
+	lastSub    uint32
+
+	requests chan *request
+	// polling is closed by StopPolling: parked pulls answer at once and
+	// new pulls do not wait, while sends and acks still work.
+	polling     chan struct{}
+	stopPolling sync.Once
+	closing     chan struct{}
+	closed      atomic.Bool
+	wg          sync.WaitGroup
+
+	// appender-owned
+	nextSeq uint64
+	lastMs  int64
+
+	leaseIDs atomic.Uint64
+	// leaseBase is the first lease id of this run: a handle at or below it
+	// was made before the last restart.
+	leaseBase uint64
+}
+
+type topic struct {
+	rec    *TopicRecord // replaced, never mutated, under Broker.mu
+	queues []*queue     // grows only, under Broker.mu
+	subs   map[string]*subscription
+	rr     atomic.Uint32
+	// deleted is set by the appender when a delete is applied; later
+	// appends to the same *topic fail.
+	deleted atomic.Bool
+}
+
+// queue is one ordered log of a topic.
+type queue struct {
+	topicID uint32
+	id      uint32
+	next    atomic.Uint64 // durable: the offset the next message gets; pulls read below it
+	min     atomic.Uint64
+	bytes   atomic.Int64
+
+	// appender-owned: what the batch being built has assigned.
+	pendingNext  uint64
+	pendingBytes int64
+	touched      bool
+}
+
+// New builds a broker over an opened store and starts its appender.
+func New(store Store, opts Options) (*Broker, error) {
+	opts.withDefaults()
+	snap, err := store.Load()
+	if err != nil {
+		return nil, fmt.Errorf("core: load: %w", err)
+	}
+	b := &Broker{
+		opts:       opts,
+		store:      store,
+		log:        opts.Logger.With("component", "broker"),
+		topics:     map[string]*topic{},
+		topicsByID: map[uint32]*topic{},
+		requests:   make(chan *request, 4096),
+		closing:    make(chan struct{}),
+		polling:    make(chan struct{}),
+		nextSeq:    snap.NextSeq,
+	}
+	// Lease ids never repeat across restarts, so a receipt handle from before
+	// a restart can never match a lease made after it.
+	b.leaseBase = uint64(time.Now().UnixNano())
+	b.leaseIDs.Store(b.leaseBase)
+	for _, rec := range snap.Topics {
+		t := &topic{rec: rec, subs: map[string]*subscription{}}
+		ranges := snap.Queues[rec.ID]
+		for i := range rec.Queues {
+			q := &queue{topicID: rec.ID, id: uint32(i)}
+			if i < len(ranges) {
+				q.next.Store(ranges[i].Next)
+				q.min.Store(ranges[i].Min)
+				q.bytes.Store(ranges[i].Bytes)
+			}
+			q.pendingNext, q.pendingBytes = q.next.Load(), q.bytes.Load()
+			t.queues = append(t.queues, q)
+		}
+		b.topics[rec.Name] = t
+		b.topicsByID[rec.ID] = t
+		b.lastTopic = max(b.lastTopic, rec.ID)
+	}
+	for _, rec := range snap.Subscriptions {
+		t := b.topicsByID[rec.TopicID]
+		if t == nil {
+			b.log.Warn("subscription of a missing topic ignored", "group", rec.Group, "topic_id", rec.TopicID)
+			continue
+		}
+		s, err := newSubscription(b, t, rec)
+		if err != nil {
+			return nil, fmt.Errorf("core: load subscription %s: %w", rec.Group, err)
+		}
+		s.restore(snap.Acks[rec.ID])
+		t.subs[rec.Group] = s
+		b.lastSub = max(b.lastSub, rec.ID)
+	}
+	b.wg.Go(b.appendLoop)
+	return b, nil
+}
+
+// StopPolling answers every parked long poll at once (with what it has:
+// nothing) and makes new pulls answer without waiting. Shutdown calls it
+// before draining HTTP requests, so parked pulls do not hold the drain.
+func (b *Broker) StopPolling() {
+	b.stopPolling.Do(func() { close(b.polling) })
+}
+
+// Close stops accepting work, answers parked pulls at once, lets the
+// appender finish what it has, and waits for it. It does not close the store,
+// which belongs to the caller. Close is idempotent.
+func (b *Broker) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.StopPolling()
+	close(b.closing)
+	b.wg.Wait()
+	return nil
+}
+
+func (b *Broker) now() time.Time { return b.opts.Now() }
+
+func (b *Broker) topic(name string) (*topic, error) {
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		return nil, fmt.Errorf("%w: %s", ErrTopicNotFound, name)
+	}
+	return t, nil
+}
+
+// TopicConfig is what a client may set on a topic. Zero fields take defaults.
+type TopicConfig struct {
+	Queues         int
+	RetentionHours int
+}
+
+// TopicInfo describes a topic and its queues.
+type TopicInfo struct {
+	Name           string
+	Queues         int
+	RetentionHours int
+	CreatedAt      time.Time
+	Messages       int64
+	Bytes          int64
+	QueueStats     []QueueStat
+	Subscriptions  []string
+}
+
+// QueueStat is a queue's retained offsets [MinOffset, MaxOffset).
+type QueueStat struct {
+	QueueID   int
+	MinOffset uint64
+	MaxOffset uint64
+}
+
+// PutTopic creates a topic or updates an existing one. It reports whether
+// the topic was created. Queues may grow, never shrink.
+func (b *Broker) PutTopic(ctx context.Context, name string, cfg TopicConfig) (TopicInfo, bool, error) {
+	if err := ValidateName("topic", name); err != nil {
+		return TopicInfo{}, false, err
+	}
+	if cfg.Queues < 0 || cfg.Queues > MaxQueues {
+		return TopicInfo{}, false, invalid("/queues", "must be between 1 and %d", MaxQueues)
+	}
+	if cfg.RetentionHours < 0 || cfg.RetentionHours > MaxRetentionHours {
+		return TopicInfo{}, false, invalid("/retentionHours", "must be between 1 and %d", MaxRetentionHours)
+	}
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		t, err := b.createTopicLocked(ctx, name, cfg)
+		if err != nil {
+			return TopicInfo{}, false, err
+		}
+		return b.topicInfo(t), true, nil
+	}
+	rec := *t.rec
+	if cfg.Queues != 0 && cfg.Queues < rec.Queues {
+		return TopicInfo{}, false, fmt.Errorf("%w: topic %s has %d queues, asked for %d", ErrQueueCountDecrease, name, rec.Queues, cfg.Queues)
+	}
+	changed := false
+	if cfg.Queues > rec.Queues {
+		rec.Queues, changed = cfg.Queues, true
+	}
+	if cfg.RetentionHours != 0 && cfg.RetentionHours != rec.RetentionHours {
+		rec.RetentionHours, changed = cfg.RetentionHours, true
+	}
+	if changed {
+		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutTopic(&rec) }}); err != nil {
+			return TopicInfo{}, false, err
+		}
+		b.mu.Lock()
+		for i := len(t.queues); i < rec.Queues; i++ {
+			t.queues = append(t.queues, &queue{topicID: rec.ID, id: uint32(i)})
+		}
+		t.rec = &rec
+		subs := make([]*subscription, 0, len(t.subs))
+		for _, s := range t.subs {
+			subs = append(subs, s)
+		}
+		b.mu.Unlock()
+		// Never hold Broker.mu while taking a subscription's lock.
+		for _, s := range subs {
+			s.growQueues(rec.Queues)
+		}
+	}
+	return b.topicInfo(t), false, nil
+}
+
+func (b *Broker) createTopicLocked(ctx context.Context, name string, cfg TopicConfig) (*topic, error) {
+	if cfg.Queues == 0 {
+		cfg.Queues = DefaultQueues
+	}
+	if cfg.RetentionHours == 0 {
+		cfg.RetentionHours = DefaultRetentionHours
+	}
+	rec := &TopicRecord{
+		ID: b.lastTopic + 1, Name: name, Queues: cfg.Queues,
+		RetentionHours: cfg.RetentionHours, CreatedAtMs: b.now().UnixMilli(),
+	}
+	if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutTopic(rec) }}); err != nil {
+		return nil, err
+	}
+	t := &topic{rec: rec, subs: map[string]*subscription{}}
+	for i := range rec.Queues {
+		t.queues = append(t.queues, &queue{topicID: rec.ID, id: uint32(i)})
+	}
+	b.mu.Lock()
+	b.lastTopic = rec.ID
+	b.topics[name] = t
+	b.topicsByID[rec.ID] = t
+	b.mu.Unlock()
+	b.log.Info("topic created", "topic", name, "queues", rec.Queues)
+	return t, nil
+}
+
+// topicForSend returns the topic, creating it when auto-create is on.
+func (b *Broker) topicForSend(ctx context.Context, name string) (*topic, error) {
+	t, err := b.topic(name)
+	if err == nil || !b.opts.AutoCreate {
+		return t, err
+	}
+	if err := ValidateName("topic", name); err != nil {
+		return nil, err
+	}
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	if t, err := b.topic(name); err == nil {
+		return t, nil
+	}
+	return b.createTopicLocked(ctx, name, TopicConfig{})
+}
+
+// GetTopic describes one topic.
+func (b *Broker) GetTopic(name string) (TopicInfo, error) {
+	if err := ValidateName("topic", name); err != nil {
+		return TopicInfo{}, err
+	}
+	t, err := b.topic(name)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	return b.topicInfo(t), nil
+}
+
+// ListTopics describes every topic, sorted by name.
+func (b *Broker) ListTopics() []TopicInfo {
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	out := make([]TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, b.topicInfo(t))
+	}
+	slices.SortFunc(out, func(a, b TopicInfo) int { return compareStrings(a.Name, b.Name) })
+	return out
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (b *Broker) topicInfo(t *topic) TopicInfo {
+	b.mu.RLock()
+	rec, queues := t.rec, t.queues
+	subs := make([]string, 0, len(t.subs))
+	for g := range t.subs {
+		subs = append(subs, g)
+	}
+	b.mu.RUnlock()
+	slices.Sort(subs)
+	info := TopicInfo{
+		Name: rec.Name, Queues: rec.Queues, RetentionHours: rec.RetentionHours,
+		CreatedAt: time.UnixMilli(rec.CreatedAtMs).UTC(), Subscriptions: subs,
+		QueueStats: make([]QueueStat, len(queues)),
+	}
+	for i, q := range queues {
+		lo, hi := q.min.Load(), q.next.Load()
+		info.QueueStats[i] = QueueStat{QueueID: i, MinOffset: lo, MaxOffset: hi}
+		info.Messages += int64(hi - lo)
+		info.Bytes += q.bytes.Load()
+	}
+	return info
+}
+
+// DeleteTopic removes a topic with its messages, indexes and subscriptions.
+func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
+	if err := ValidateName("topic", name); err != nil {
+		return err
+	}
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	t, err := b.topic(name)
+	if err != nil {
+		return err
+	}
+	b.mu.RLock()
+	rec := t.rec
+	subs := make([]*subscription, 0, len(t.subs))
+	for _, s := range t.subs {
+		subs = append(subs, s)
+	}
+	b.mu.RUnlock()
+	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
+		t.deleted.Store(true)
+		for _, s := range subs {
+			batch.DeleteSubscription(s.rec)
+		}
+		batch.DeleteTopic(rec)
+	}})
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	delete(b.topics, name)
+	delete(b.topicsByID, rec.ID)
+	b.mu.Unlock()
+	for _, s := range subs {
+		s.markDeleted()
+	}
+	b.log.Info("topic deleted", "topic", name)
+	return nil
+}
+
+// Ready reports whether the broker accepts writes.
+func (b *Broker) Ready() error {
+	if b.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+var errStopped = errors.New("appender stopped")

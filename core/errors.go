@@ -1,0 +1,42 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. The gateway maps each to one HTTP status and problem code.
+var (
+	ErrClosed               = errors.New("broker closed")
+	ErrTopicNotFound        = errors.New("topic not found")
+	ErrSubscriptionNotFound = errors.New("subscription not found")
+	ErrMessageNotFound      = errors.New("message not found")
+	ErrQueueCountDecrease   = errors.New("queue count cannot decrease")
+	ErrModeConflict         = errors.New("subscription mode conflict")
+	ErrInvalidName          = errors.New("invalid name")
+	ErrInvalidFilter        = errors.New("invalid filter")
+	ErrMessageTooLarge      = errors.New("message too large")
+	ErrTooManyRequests      = errors.New("too many requests")
+	ErrInsufficientStorage  = errors.New("insufficient storage")
+	ErrReceiptExpired       = errors.New("receipt expired")
+	ErrReceiptInvalid       = errors.New("receipt invalid")
+)
+
+// ValidationError reports one bad field of a request. Field is a JSON pointer
+// ("/messages/3/tag"); Entry is the 0-based index of the bad batch entry, or -1.
+type ValidationError struct {
+	Field  string
+	Reason string
+	Entry  int
+}
+
+func (e *ValidationError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
+}
+
+func invalid(field, format string, args ...any) *ValidationError {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...), Entry: -1}
+}

@@ -1,0 +1,73 @@
+package core
+
+import (
+	"hash/fnv"
+	"time"
+)
+
+// TopicRecord is a topic's durable definition.
+type TopicRecord struct {
+	ID             uint32 `json:"id"`
+	Name           string `json:"name"`
+	Queues         int    `json:"queues"`
+	RetentionHours int    `json:"retentionHours"`
+	CreatedAtMs    int64  `json:"createdAtMs"`
+}
+
+// Subscription modes.
+const (
+	ModeClustering = "clustering"
+	ModeBroadcast  = "broadcast"
+)
+
+// SubscriptionRecord is a subscription's durable definition.
+type SubscriptionRecord struct {
+	ID          uint32          `json:"id"`
+	TopicID     uint32          `json:"topicId"`
+	Group       string          `json:"group"`
+	Mode        string          `json:"mode"`
+	Orderly     bool            `json:"orderly"`
+	Filter      string          `json:"filter"`
+	MaxRetries  int             `json:"maxRetries"`
+	StartFrom   string          `json:"startFrom"`
+	RetryDelays []time.Duration `json:"retryDelays"`
+	CreatedAtMs int64           `json:"createdAtMs"`
+}
+
+// Message is one stored message. Times are Unix milliseconds.
+type Message struct {
+	ID            string
+	TopicID       uint32
+	QueueID       uint32
+	Offset        uint64
+	Seq           uint64
+	Body          []byte
+	BodyBase64    bool // the producer sent the body base64-encoded; serve it back so
+	Tag           string
+	Keys          []string
+	Properties    map[string]string
+	ShardingKey   string
+	ProducerGroup string
+	Traceparent   string
+	BornAtMs      int64
+	StoredAtMs    int64
+	// DeliverAtMs, when in the future at send, holds the message back until
+	// then (a delayed message); it gets its offset when it becomes due.
+	DeliverAtMs int64
+	// DedupKey makes a repeated send within DedupWindow store nothing.
+	DedupKey string
+}
+
+// TagHash is the 32-bit FNV-1a of a tag, kept in the queue index so filters
+// run before a body is read. Zero means "no tag".
+func TagHash(tag string) uint32 {
+	if tag == "" {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(tag))
+	if s := h.Sum32(); s != 0 {
+		return s
+	}
+	return 1
+}

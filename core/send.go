@@ -1,0 +1,106 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/nats-io/nuid"
+)
+
+// Limits of SPEC §2.
+const (
+	MaxTagLen       = 64
+	MaxKeys         = 32
+	MaxKeyLen       = 128
+	MaxShardingLen  = 128
+	MaxDelaySeconds = 7 * 24 * 3600
+)
+
+// SendResult is what a producer is told about one stored message.
+type SendResult struct {
+	MessageID string
+	QueueID   int
+	Offset    uint64
+	StoredAt  time.Time
+	// Delayed messages have no offset yet.
+	Delayed bool
+	// Duplicate: a send with the same dedup key was stored before; this is
+	// that first send's result and nothing new was stored.
+	Duplicate bool
+}
+
+// ValidateMessage checks one message against SPEC §2's limits. Field
+// pointers are relative to the message ("/tag").
+func ValidateMessage(m *Message, maxBytes int) error {
+	if len(m.Body) > maxBytes {
+		return fmt.Errorf("%w: body is %d bytes, the limit is %d", ErrMessageTooLarge, len(m.Body), maxBytes)
+	}
+	if m.Tag != "" {
+		if utf8.RuneCountInString(m.Tag) > MaxTagLen || strings.ContainsAny(m.Tag, "| \t\r\n\v\f") || !utf8.ValidString(m.Tag) {
+			return invalid("/tag", "must be 1-64 characters without '|' or white space")
+		}
+	}
+	if len(m.Keys) > MaxKeys {
+		return invalid("/keys", "at most %d keys", MaxKeys)
+	}
+	for i, k := range m.Keys {
+		if n := utf8.RuneCountInString(k); n == 0 || n > MaxKeyLen {
+			return invalid(fmt.Sprintf("/keys/%d", i), "must be 1-%d characters", MaxKeyLen)
+		}
+	}
+	if utf8.RuneCountInString(m.ShardingKey) > MaxShardingLen {
+		return invalid("/shardingKey", "at most %d characters", MaxShardingLen)
+	}
+	return nil
+}
+
+// Send stores messages on a topic atomically and answers once they are
+// durable. Each message's ID, queue, offset and store time are filled in.
+// With more than one message, a validation error names the bad entry.
+func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([]SendResult, error) {
+	if err := ValidateName("topic", topicName); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 || len(msgs) > MaxBatchMessages {
+		return nil, invalid("/messages", "must hold 1-%d messages", MaxBatchMessages)
+	}
+	for i, m := range msgs {
+		if err := ValidateMessage(m, b.opts.MaxMessageBytes); err != nil {
+			if ve, ok := err.(*ValidationError); ok && len(msgs) > 1 {
+				return nil, &ValidationError{Field: fmt.Sprintf("/messages/%d%s", i, ve.Field), Reason: ve.Reason, Entry: i}
+			}
+			return nil, err
+		}
+	}
+	t, err := b.topicForSend(ctx, topicName)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.RLock()
+	nq := uint32(len(t.queues))
+	topicID := t.rec.ID
+	b.mu.RUnlock()
+	for _, m := range msgs {
+		m.ID = nuid.Next()
+		m.TopicID = topicID
+		if m.ShardingKey != "" {
+			h := fnv.New32a()
+			h.Write([]byte(m.ShardingKey))
+			m.QueueID = h.Sum32() % nq
+		} else {
+			m.QueueID = t.rr.Add(1) % nq
+		}
+	}
+	if err := b.submit(ctx, &request{kind: reqAppend, topic: t, msgs: msgs}); err != nil {
+		return nil, err
+	}
+	out := make([]SendResult, len(msgs))
+	for i, m := range msgs {
+		out[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), Offset: m.Offset, StoredAt: time.UnixMilli(m.StoredAtMs).UTC()}
+	}
+	return out, nil
+}

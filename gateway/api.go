@@ -1,0 +1,231 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+// Wire types: the JSON of openapi.yaml, kept apart from core's types.
+
+const timeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Time formats as RFC 3339 with milliseconds in UTC, as SPEC requires.
+type Time time.Time
+
+func (t Time) MarshalJSON() ([]byte, error) {
+	b := make([]byte, 0, 26)
+	b = append(b, '"')
+	b = time.Time(t).UTC().AppendFormat(b, timeLayout)
+	return append(b, '"'), nil
+}
+
+func msTime(ms int64) Time { return Time(time.UnixMilli(ms)) }
+
+type topicRequest struct {
+	Queues         int `json:"queues"`
+	RetentionHours int `json:"retentionHours"`
+}
+
+type queueStat struct {
+	QueueID   int    `json:"queueId"`
+	MinOffset uint64 `json:"minOffset"`
+	MaxOffset uint64 `json:"maxOffset"`
+}
+
+type topicJSON struct {
+	Topic          string      `json:"topic"`
+	Queues         int         `json:"queues"`
+	RetentionHours int         `json:"retentionHours"`
+	CreatedAt      Time        `json:"createdAt"`
+	Messages       int64       `json:"messages"`
+	Bytes          int64       `json:"bytes"`
+	QueueStats     []queueStat `json:"queueStats"`
+	Subscriptions  []string    `json:"subscriptions"`
+}
+
+func topicOut(t core.TopicInfo) topicJSON {
+	out := topicJSON{
+		Topic: t.Name, Queues: t.Queues, RetentionHours: t.RetentionHours,
+		CreatedAt: Time(t.CreatedAt), Messages: t.Messages, Bytes: t.Bytes,
+		QueueStats: make([]queueStat, len(t.QueueStats)), Subscriptions: t.Subscriptions,
+	}
+	for i, q := range t.QueueStats {
+		out.QueueStats[i] = queueStat(q)
+	}
+	return out
+}
+
+type sendRequest struct {
+	Body         *string           `json:"body"`
+	BodyEncoding string            `json:"bodyEncoding"`
+	Tag          string            `json:"tag"`
+	Keys         []string          `json:"keys"`
+	Properties   map[string]string `json:"properties"`
+	ShardingKey  string            `json:"shardingKey"`
+	DelaySeconds *int64            `json:"delaySeconds"`
+	DeliverAt    *time.Time        `json:"deliverAt"`
+	DedupKey     string            `json:"dedupKey"`
+}
+
+type batchRequest struct {
+	Messages []sendRequest `json:"messages"`
+}
+
+type sendResult struct {
+	MessageID string  `json:"messageId"`
+	QueueID   int     `json:"queueId"`
+	Offset    *uint64 `json:"offset"`
+	StoredAt  Time    `json:"storedAt"`
+	Duplicate bool    `json:"duplicate"`
+}
+
+func sendResultOut(r core.SendResult) sendResult {
+	out := sendResult{MessageID: r.MessageID, QueueID: r.QueueID, StoredAt: Time(r.StoredAt), Duplicate: r.Duplicate}
+	if !r.Delayed {
+		off := r.Offset
+		out.Offset = &off
+	}
+	return out
+}
+
+type batchResponse struct {
+	Results []sendResult `json:"results"`
+}
+
+// messageJSON is a stored message as clients see it; pulled messages add
+// deliveryAttempt and receiptHandle.
+type messageJSON struct {
+	MessageID       string            `json:"messageId"`
+	Topic           string            `json:"topic"`
+	QueueID         uint32            `json:"queueId"`
+	Offset          uint64            `json:"offset"`
+	Body            string            `json:"body"`
+	BodyEncoding    string            `json:"bodyEncoding"`
+	Tag             string            `json:"tag,omitempty"`
+	Keys            []string          `json:"keys,omitempty"`
+	Properties      map[string]string `json:"properties,omitempty"`
+	ShardingKey     string            `json:"shardingKey,omitempty"`
+	BornAt          Time              `json:"bornAt"`
+	StoredAt        Time              `json:"storedAt"`
+	ProducerGroup   string            `json:"producerGroup,omitempty"`
+	DeliveryAttempt int               `json:"deliveryAttempt,omitempty"`
+	ReceiptHandle   string            `json:"receiptHandle,omitempty"`
+	Traceparent     string            `json:"traceparent,omitempty"`
+}
+
+// messageOut renders a body as sent: base64 when it was sent so or is not
+// valid UTF-8, else as text.
+func messageOut(topic string, m *core.Message) messageJSON {
+	out := messageJSON{
+		MessageID: m.ID, Topic: topic, QueueID: m.QueueID, Offset: m.Offset,
+		Tag: m.Tag, Keys: m.Keys, Properties: m.Properties, ShardingKey: m.ShardingKey,
+		BornAt: msTime(m.BornAtMs), StoredAt: msTime(m.StoredAtMs),
+		ProducerGroup: m.ProducerGroup, Traceparent: m.Traceparent,
+	}
+	if m.BodyBase64 || !utf8.Valid(m.Body) {
+		out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(m.Body), "base64"
+	} else {
+		out.Body, out.BodyEncoding = string(m.Body), "utf8"
+	}
+	return out
+}
+
+type subscriptionRequest struct {
+	Mode        string   `json:"mode"`
+	Orderly     bool     `json:"orderly"`
+	Filter      string   `json:"filter"`
+	MaxRetries  *int     `json:"maxRetries"`
+	StartFrom   string   `json:"startFrom"`
+	RetryDelays []string `json:"retryDelays"`
+}
+
+type subQueueJSON struct {
+	QueueID     int    `json:"queueId"`
+	MaxOffset   uint64 `json:"maxOffset"`
+	AckedOffset uint64 `json:"ackedOffset"`
+	Inflight    int64  `json:"inflight"`
+	Lag         int64  `json:"lag"`
+}
+
+type consumerJSON struct {
+	ConsumerID string `json:"consumerId"`
+	LastSeen   Time   `json:"lastSeen"`
+	Queues     []int  `json:"queues"`
+}
+
+type subscriptionJSON struct {
+	Topic       string         `json:"topic"`
+	Group       string         `json:"group"`
+	Mode        string         `json:"mode"`
+	Orderly     bool           `json:"orderly"`
+	Filter      string         `json:"filter"`
+	MaxRetries  int            `json:"maxRetries"`
+	StartFrom   string         `json:"startFrom"`
+	RetryDelays []string       `json:"retryDelays"`
+	CreatedAt   Time           `json:"createdAt"`
+	Queues      []subQueueJSON `json:"queues"`
+	Lag         int64          `json:"lag"`
+	Inflight    int64          `json:"inflight"`
+	Retrying    int64          `json:"retrying"`
+	DLQ         int64          `json:"dlq"`
+	Consumers   []consumerJSON `json:"consumers"`
+}
+
+func subscriptionOut(s core.SubscriptionInfo) subscriptionJSON {
+	out := subscriptionJSON{
+		Topic: s.Topic, Group: s.Group, Mode: s.Config.Mode, Orderly: s.Config.Orderly,
+		Filter: s.Config.Filter, MaxRetries: s.Config.MaxRetries, StartFrom: s.Config.StartFrom,
+		CreatedAt: Time(s.CreatedAt), Lag: s.Lag, Inflight: s.Inflight, Retrying: s.Retrying, DLQ: s.DLQ,
+		Queues: make([]subQueueJSON, len(s.Queues)), Consumers: make([]consumerJSON, len(s.Consumers)),
+	}
+	for _, d := range s.Config.RetryDelays {
+		out.RetryDelays = append(out.RetryDelays, formatDelay(d))
+	}
+	for i, q := range s.Queues {
+		out.Queues[i] = subQueueJSON(q)
+	}
+	for i, c := range s.Consumers {
+		out.Consumers[i] = consumerJSON{ConsumerID: c.ConsumerID, LastSeen: Time(c.LastSeen), Queues: c.Queues}
+	}
+	return out
+}
+
+// formatDelay writes a duration in the largest whole unit, as the
+// retryDelays pattern ^[0-9]+(ms|s|m|h)$ reads it.
+func formatDelay(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0 && d > 0:
+		return itoa(int64(d/time.Hour)) + "h"
+	case d%time.Minute == 0 && d > 0:
+		return itoa(int64(d/time.Minute)) + "m"
+	case d%time.Second == 0:
+		return itoa(int64(d/time.Second)) + "s"
+	}
+	return itoa(int64(d/time.Millisecond)) + "ms"
+}
+
+type pullRequest struct {
+	MaxMessages      int    `json:"maxMessages"`
+	WaitSeconds      int    `json:"waitSeconds"`
+	InvisibleSeconds int    `json:"invisibleSeconds"`
+	ConsumerID       string `json:"consumerId"`
+}
+
+type pullResponse struct {
+	Messages []messageJSON `json:"messages"`
+}
+
+type handlesRequest struct {
+	ReceiptHandles   []string `json:"receiptHandles"`
+	DelaySeconds     *int64   `json:"delaySeconds"`
+	Reason           string   `json:"reason"`
+	InvisibleSeconds int      `json:"invisibleSeconds"`
+}
+
+type failedHandle struct {
+	ReceiptHandle string `json:"receiptHandle"`
+	Code          string `json:"code"`
+}

@@ -1,0 +1,163 @@
+package gateway
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req subscriptionRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	cfg := core.SubscriptionConfig{
+		Mode: req.Mode, Orderly: req.Orderly, Filter: req.Filter,
+		MaxRetries: req.MaxRetries, StartFrom: req.StartFrom,
+	}
+	for i, d := range req.RetryDelays {
+		dur, err := parseDelay(d)
+		if err != nil {
+			return badRequest("/retryDelays/"+strconv.Itoa(i), "retryDelays[%d] %q must be a number with ms, s, m or h", i, d)
+		}
+		cfg.RetryDelays = append(cfg.RetryDelays, dur)
+	}
+	info, created, err := s.b.PutSubscription(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), cfg)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return writeJSON(w, status, subscriptionOut(info))
+}
+
+func parseDelay(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New("bad duration")
+	}
+	return d, nil
+}
+
+func (s *Server) getSubscription(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	info, err := s.b.GetSubscription(chi.URLParam(r, "topic"), chi.URLParam(r, "group"))
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, subscriptionOut(info))
+}
+
+func (s *Server) listSubscriptions(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	subs, err := s.b.ListSubscriptions(chi.URLParam(r, "topic"))
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Subscriptions []subscriptionJSON `json:"subscriptions"`
+	}{Subscriptions: make([]subscriptionJSON, len(subs))}
+	for i, sub := range subs {
+		out.Subscriptions[i] = subscriptionOut(sub)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	if err := s.b.DeleteSubscription(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group")); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req pullRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	if req.ConsumerID == "" {
+		req.ConsumerID = clientAddr(r)
+	}
+	topic, group := chi.URLParam(r, "topic"), chi.URLParam(r, "group")
+	got, err := s.b.Pull(r.Context(), topic, group, core.PullRequest{
+		MaxMessages: req.MaxMessages,
+		Wait:        time.Duration(req.WaitSeconds) * time.Second,
+		Invisible:   time.Duration(req.InvisibleSeconds) * time.Second,
+		ConsumerID:  req.ConsumerID,
+	})
+	if err != nil {
+		return err
+	}
+	out := pullResponse{Messages: make([]messageJSON, len(got))}
+	for i, d := range got {
+		out.Messages[i] = messageOut(d.Topic, d.Message)
+		out.Messages[i].DeliveryAttempt = d.Attempt
+		out.Messages[i].ReceiptHandle = d.ReceiptHandle
+	}
+	// A client that went away gets its leases back at once instead of after
+	// invisibleSeconds: it never saw the messages.
+	if err := r.Context().Err(); err != nil {
+		s.release(topic, group, got)
+		return nil
+	}
+	if err := writeJSON(w, http.StatusOK, out); err != nil {
+		s.release(topic, group, got)
+		return nil
+	}
+	if f, ok := w.(http.Flusher); ok && len(got) > 0 {
+		f.Flush()
+		if r.Context().Err() != nil {
+			s.release(topic, group, got)
+		}
+	}
+	return nil
+}
+
+func (s *Server) release(topic, group string, got []core.Delivered) {
+	if len(got) == 0 {
+		return
+	}
+	handles := make([]string, len(got))
+	for i, d := range got {
+		handles[i] = d.ReceiptHandle
+	}
+	s.b.Release(topic, group, handles)
+}
+
+// clientAddr names a consumer that did not name itself: its address.
+func clientAddr(r *http.Request) string {
+	return r.RemoteAddr
+}
+
+func failedOut(results []core.HandleResult) []failedHandle {
+	out := make([]failedHandle, 0, len(results))
+	for _, f := range results {
+		code := "receipt_invalid"
+		if errors.Is(f.Err, core.ErrReceiptExpired) {
+			code = "receipt_expired"
+		}
+		out = append(out, failedHandle{ReceiptHandle: f.ReceiptHandle, Code: code})
+	}
+	return out
+}
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req handlesRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	n, failed, err := s.b.Ack(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Acked  int            `json:"acked"`
+		Failed []failedHandle `json:"failed"`
+	}{n, failedOut(failed)})
+}

@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"fmt"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error {
+	now := time.Now()
+	var m *core.Message
+	var err error
+	if isRaw(r) {
+		m, err = s.rawMessage(r, body, now)
+	} else {
+		var req sendRequest
+		if err := decodeJSON(body, &req); err != nil {
+			return err
+		}
+		if req.DedupKey == "" {
+			req.DedupKey = r.Header.Get("Idempotency-Key")
+		}
+		m, err = s.jsonMessage(&req, "", now)
+	}
+	if err != nil {
+		return err
+	}
+	stampProducer(m, r)
+	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m})
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusCreated, sendResultOut(results[0]))
+}
+
+func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req batchRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	now := time.Now()
+	msgs := make([]*core.Message, len(req.Messages))
+	for i := range req.Messages {
+		m, err := s.jsonMessage(&req.Messages[i], fmt.Sprintf("/messages/%d", i), now)
+		if err != nil {
+			if ve, ok := err.(*core.ValidationError); ok {
+				ve.Entry = i
+			}
+			return err
+		}
+		stampProducer(m, r)
+		msgs[i] = m
+	}
+	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), msgs)
+	if err != nil {
+		return err
+	}
+	out := batchResponse{Results: make([]sendResult, len(results))}
+	for i, res := range results {
+		out.Results[i] = sendResultOut(res)
+	}
+	return writeJSON(w, http.StatusCreated, out)
+}
+
+func isRaw(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return mt == "application/octet-stream"
+}
+
+func stampProducer(m *core.Message, r *http.Request) {
+	m.ProducerGroup = r.Header.Get("X-Producer-Group")
+	if tp := r.Header.Get("traceparent"); validTraceparent(tp) {
+		m.Traceparent = tp
+	}
+}
+
+// validTraceparent accepts the W3C form 00-<32 hex>-<16 hex>-<2 hex>.
+func validTraceparent(tp string) bool {
+	if len(tp) != 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
+		return false
+	}
+	for i, c := range tp {
+		if i == 2 || i == 35 || i == 52 {
+			continue
+		}
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonMessage turns one JSON send entry into a message; pointer prefixes
+// field names in errors ("/messages/3").
+func (s *Server) jsonMessage(req *sendRequest, pointer string, now time.Time) (*core.Message, error) {
+	if req.Body == nil {
+		return nil, &core.ValidationError{Field: pointer + "/body", Reason: "is required", Entry: -1}
+	}
+	m := &core.Message{
+		Tag: req.Tag, Keys: req.Keys, Properties: req.Properties, ShardingKey: req.ShardingKey,
+		BornAtMs: now.UnixMilli(), DedupKey: req.DedupKey,
+	}
+	switch req.BodyEncoding {
+	case "", "utf8":
+		m.Body = []byte(*req.Body)
+	case "base64":
+		b, err := base64.StdEncoding.DecodeString(*req.Body)
+		if err != nil {
+			return nil, &core.ValidationError{Field: pointer + "/body", Reason: "is not valid base64", Entry: -1}
+		}
+		m.Body, m.BodyBase64 = b, true
+	default:
+		return nil, &core.ValidationError{Field: pointer + "/bodyEncoding", Reason: "must be utf8 or base64", Entry: -1}
+	}
+	at, err := deliveryTime(req.DelaySeconds, req.DeliverAt, now)
+	if err != nil {
+		err.Field = pointer + err.Field
+		return nil, err
+	}
+	m.DeliverAtMs = at
+	return m, nil
+}
+
+// deliveryTime resolves delaySeconds or deliverAt (not both) to a Unix ms
+// time, 0 for "now".
+func deliveryTime(delaySeconds *int64, deliverAt *time.Time, now time.Time) (int64, *core.ValidationError) {
+	if delaySeconds != nil && deliverAt != nil {
+		return 0, &core.ValidationError{Field: "/deliverAt", Reason: "give delaySeconds or deliverAt, not both", Entry: -1}
+	}
+	if delaySeconds != nil {
+		if *delaySeconds < 0 || *delaySeconds > core.MaxDelaySeconds {
+			return 0, &core.ValidationError{Field: "/delaySeconds", Reason: fmt.Sprintf("must be between 0 and %d", core.MaxDelaySeconds), Entry: -1}
+		}
+		if *delaySeconds == 0 {
+			return 0, nil
+		}
+		return now.Add(time.Duration(*delaySeconds) * time.Second).UnixMilli(), nil
+	}
+	if deliverAt != nil {
+		if deliverAt.After(now.Add(core.MaxDelaySeconds * time.Second)) {
+			return 0, &core.ValidationError{Field: "/deliverAt", Reason: "must be at most 7 days ahead", Entry: -1}
+		}
+		if !deliverAt.After(now) {
+			return 0, nil
+		}
+		return deliverAt.UnixMilli(), nil
+	}
+	return 0, nil
+}
+
+// rawMessage takes the body byte for byte and the rest from X-Tidemq-* headers.
+func (s *Server) rawMessage(r *http.Request, body []byte, now time.Time) (*core.Message, error) {
+	h := r.Header
+	m := &core.Message{
+		Body: body, Tag: h.Get("X-Tidemq-Tag"), ShardingKey: h.Get("X-Tidemq-Sharding-Key"),
+		BornAtMs: now.UnixMilli(), DedupKey: h.Get("Idempotency-Key"),
+	}
+	if keys := h.Get("X-Tidemq-Keys"); keys != "" {
+		for k := range strings.SplitSeq(keys, ",") {
+			if k = strings.TrimSpace(k); k != "" {
+				m.Keys = append(m.Keys, k)
+			}
+		}
+	}
+	const propPrefix = "X-Tidemq-Property-"
+	for name, vals := range h {
+		if len(name) > len(propPrefix) && strings.EqualFold(name[:len(propPrefix)], propPrefix) && len(vals) > 0 {
+			if m.Properties == nil {
+				m.Properties = map[string]string{}
+			}
+			m.Properties[strings.ToLower(name[len(propPrefix):])] = vals[0]
+		}
+	}
+	var delay *int64
+	if v := h.Get("X-Tidemq-Delay-Seconds"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, badRequest("/headers/X-Tidemq-Delay-Seconds", "X-Tidemq-Delay-Seconds must be a whole number of seconds")
+		}
+		delay = &n
+	}
+	var at *time.Time
+	if v := h.Get("X-Tidemq-Deliver-At"); v != "" {
+		t, err := time.Parse(time.RFC3339Nano, v)
+		if err != nil {
+			return nil, badRequest("/headers/X-Tidemq-Deliver-At", "X-Tidemq-Deliver-At must be an RFC 3339 time")
+		}
+		at = &t
+	}
+	due, verr := deliveryTime(delay, at, now)
+	if verr != nil {
+		return nil, verr
+	}
+	m.DeliverAtMs = due
+	return m, nil
+}

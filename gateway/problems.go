@@ -1,0 +1,129 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+// Problem is an RFC 9457 problem detail with tidemq's stable code.
+type Problem struct {
+	Type    string `json:"type"`
+	Title   string `json:"title"`
+	Status  int    `json:"status"`
+	Detail  string `json:"detail,omitempty"`
+	Code    string `json:"code"`
+	Entry   *int   `json:"entry,omitempty"`
+	Pointer string `json:"pointer,omitempty"`
+}
+
+type problemKind struct {
+	status int
+	code   string
+	title  string
+}
+
+// problemTable maps each core sentinel to its status and code (SPEC §4).
+var problemTable = []struct {
+	err  error
+	kind problemKind
+}{
+	{core.ErrInvalidName, problemKind{400, "invalid_name", "Invalid name"}},
+	{core.ErrInvalidFilter, problemKind{400, "invalid_filter", "Invalid filter expression"}},
+	{core.ErrTopicNotFound, problemKind{404, "topic_not_found", "Topic not found"}},
+	{core.ErrSubscriptionNotFound, problemKind{404, "subscription_not_found", "Subscription not found"}},
+	{core.ErrMessageNotFound, problemKind{404, "message_not_found", "Message not found"}},
+	{core.ErrQueueCountDecrease, problemKind{409, "queue_count_decrease", "Queue count cannot decrease"}},
+	{core.ErrModeConflict, problemKind{409, "subscription_mode_conflict", "Subscription mode conflict"}},
+	{core.ErrMessageTooLarge, problemKind{413, "message_too_large", "Message too large"}},
+	{core.ErrTooManyRequests, problemKind{429, "too_many_requests", "Too many requests"}},
+	{core.ErrClosed, problemKind{503, "not_ready", "Not ready"}},
+	{core.ErrInsufficientStorage, problemKind{507, "insufficient_storage", "Insufficient storage"}},
+}
+
+var (
+	kindInvalidRequest = problemKind{400, "invalid_request", "Invalid request"}
+	kindInternal       = problemKind{500, "internal", "Internal error"}
+)
+
+// httpError is an error the gateway itself raises, with its problem kind.
+type httpError struct {
+	kind    problemKind
+	detail  string
+	pointer string
+}
+
+func (e *httpError) Error() string { return e.detail }
+
+func newHTTPError(status int, code, title, format string, args ...any) *httpError {
+	return &httpError{kind: problemKind{status, code, title}, detail: fmt.Sprintf(format, args...)}
+}
+
+func badRequest(pointer, format string, args ...any) *httpError {
+	return &httpError{kind: kindInvalidRequest, detail: fmt.Sprintf(format, args...), pointer: pointer}
+}
+
+// writeError classifies err once, at the edge, and writes the problem.
+// Unknown errors become a 500 with a generic detail; the real error goes to
+// the log with the request id.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := Problem{}
+	var he *httpError
+	var ve *core.ValidationError
+	switch {
+	case errors.As(err, &he):
+		p = problemOf(he.kind, he.detail)
+		p.Pointer = he.pointer
+	case errors.As(err, &ve):
+		p = problemOf(kindInvalidRequest, ve.Error())
+		p.Pointer = ve.Field
+		if ve.Entry >= 0 {
+			entry := ve.Entry
+			p.Entry = &entry
+		}
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The client went away; nobody reads this answer.
+		p = problemOf(problemKind{400, "invalid_request", "Client closed request"}, err.Error())
+	default:
+		p = problemOf(kindInternal, "internal error; see the server log for request "+requestID(r))
+		for _, e := range problemTable {
+			if errors.Is(err, e.err) {
+				p = problemOf(e.kind, err.Error())
+				break
+			}
+		}
+		if p.Code == "internal" {
+			s.log.Error("request failed", "err", err, "request_id", requestID(r), "method", r.Method, "path", r.URL.Path)
+		}
+	}
+	if p.Status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusInsufficientStorage {
+		w.Header().Set("Retry-After", "5")
+	}
+	writeProblem(w, p)
+}
+
+func problemOf(k problemKind, detail string) Problem {
+	return Problem{
+		Type:   "https://tidemq.dev/problems/" + k.code,
+		Title:  k.title,
+		Status: k.status,
+		Detail: detail,
+		Code:   k.code,
+	}
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	body, _ := json.Marshal(p)
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}

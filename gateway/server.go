@@ -1,0 +1,390 @@
+package gateway
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/tidemq/tidemq"
+	"github.com/tidemq/tidemq/core"
+)
+
+// DefaultMaxRequestBytes caps one request body, after decompression.
+const DefaultMaxRequestBytes = 16 << 20
+
+// Options configures the gateway. The zero value works.
+type Options struct {
+	Logger *slog.Logger
+	// MaxRequestBytes caps a request body (default 16 MiB).
+	MaxRequestBytes int64
+	// MaxMessageBytes caps one message body (default 4 MiB); keep it equal
+	// to the broker's.
+	MaxMessageBytes int
+}
+
+// Server is the HTTP front of a broker.
+type Server struct {
+	b        *core.Broker
+	opts     Options
+	log      *slog.Logger
+	mux      *chi.Mux
+	doc      *openapi3.T
+	oaRouter routers.Router
+	reqIDs   atomic.Uint64
+}
+
+// New builds the HTTP handler over a broker.
+func New(b *core.Broker, opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = core.DefaultMaxMessageBytes
+	}
+	doc, err := LoadSpec()
+	if err != nil {
+		return nil, err
+	}
+	oaRouter, err := legacy.NewRouter(doc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: openapi router: %w", err)
+	}
+	s := &Server{b: b, opts: opts, log: opts.Logger.With("component", "gateway"), doc: doc, oaRouter: oaRouter}
+	s.mux = s.routes()
+	return s, nil
+}
+
+// LoadSpec parses the embedded openapi.yaml. Servers are dropped so that
+// routing matches on paths alone, whatever host the server listens on.
+func LoadSpec() (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(tidemq.OpenAPI)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: load openapi.yaml: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("gateway: openapi.yaml is invalid: %w", err)
+	}
+	doc.Servers = nil
+	return doc, nil
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Mux exposes the router, so tests can walk its routes.
+func (s *Server) Mux() *chi.Mux { return s.mux }
+
+// handlerFunc handles a validated request whose body has been read.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) error
+
+func (s *Server) routes() *chi.Mux {
+	m := chi.NewRouter()
+	m.Use(s.requestLog, s.recoverer)
+	m.Use(middleware.Compress(5, "application/json", "application/problem+json", "application/yaml", "text/html", "text/plain", "text/css", "application/javascript"))
+	m.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problemOf(problemKind{404, "not_found", "Not found"}, "no such path: "+r.URL.Path))
+	})
+	m.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problemOf(problemKind{405, "method_not_allowed", "Method not allowed"}, r.Method+" is not served on "+r.URL.Path))
+	})
+	m.Get("/healthz", s.healthz)
+	m.Get("/readyz", s.readyz)
+	m.Get("/openapi.yaml", s.openapiYAML)
+
+	m.Get("/v1/topics", s.api(s.listTopics))
+	m.Put("/v1/topics/{topic}", s.api(s.putTopic))
+	m.Get("/v1/topics/{topic}", s.api(s.getTopic))
+	m.Delete("/v1/topics/{topic}", s.api(s.deleteTopic))
+	m.Post("/v1/topics/{topic}/messages", s.api(s.send))
+	m.Post("/v1/topics/{topic}/messages:batch", s.api(s.sendBatch))
+
+	m.Get("/v1/topics/{topic}/subscriptions", s.api(s.listSubscriptions))
+	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(s.putSubscription))
+	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(s.getSubscription))
+	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(s.deleteSubscription))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(s.pull))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(s.ack))
+	return m
+}
+
+// api wraps a handler: path names checked, body read (decompressed and
+// capped), request validated against openapi.yaml, errors written as problems.
+func (s *Server) api(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := s.prepare(w, r, h); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}
+
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, h handlerFunc) error {
+	for _, p := range []struct{ param, kind string }{{"topic", "topic"}, {"group", "group"}} {
+		if v := chi.URLParam(r, p.param); v != "" {
+			if err := core.ValidateName(p.kind, v); err != nil {
+				return err
+			}
+		}
+	}
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if err := s.validate(r, body); err != nil {
+		return err
+	}
+	return h(w, r, body)
+}
+
+// readBody reads the whole request body, decoding gzip or zstd, and refuses
+// anything over MaxRequestBytes (after decompression, so a small bomb is
+// refused too).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	limit := s.opts.MaxRequestBytes
+	var src io.Reader = http.MaxBytesReader(w, r.Body, limit+1)
+	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+	case "", "identity":
+	case "gzip":
+		zr, err := gzip.NewReader(src)
+		if err != nil {
+			return nil, badRequest("", "Content-Encoding gzip: %v", err)
+		}
+		defer zr.Close()
+		src = zr
+	case "zstd":
+		zr, err := zstd.NewReader(src, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(limit)+1))
+		if err != nil {
+			return nil, badRequest("", "Content-Encoding zstd: %v", err)
+		}
+		defer zr.Close()
+		src = zr
+	default:
+		return nil, newHTTPError(415, "unsupported_media_type", "Unsupported media type", "Content-Encoding %q is not supported (gzip, zstd)", enc)
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= limit {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(src, limit+1))
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) || n > limit {
+		return nil, newHTTPError(413, "request_too_large", "Request too large", "the request body is over %d bytes", limit)
+	}
+	if err != nil {
+		return nil, badRequest("", "reading the request body: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// validate checks the request against openapi.yaml.
+func (s *Server) validate(r *http.Request, body []byte) error {
+	vr := r.Clone(r.Context())
+	vr.Body = io.NopCloser(bytes.NewReader(body))
+	vr.ContentLength = int64(len(body))
+	vr.Header.Del("Content-Encoding")
+	if vr.Header.Get("Content-Type") == "" && len(body) > 0 {
+		vr.Header.Set("Content-Type", "application/json")
+	}
+	route, params, err := s.oaRouter.FindRoute(vr)
+	if err != nil {
+		return badRequest("", "%v", err)
+	}
+	if rb := route.Operation.RequestBody; rb != nil && rb.Value != nil && len(body) > 0 {
+		mt, _, err := mime.ParseMediaType(vr.Header.Get("Content-Type"))
+		if err != nil || rb.Value.Content.Get(mt) == nil {
+			return newHTTPError(415, "unsupported_media_type", "Unsupported media type",
+				"Content-Type %q is not accepted here (accepted: %s)", vr.Header.Get("Content-Type"), strings.Join(mediaTypes(rb.Value.Content), ", "))
+		}
+	}
+	err = openapi3filter.ValidateRequest(r.Context(), &openapi3filter.RequestValidationInput{
+		Request: vr, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{
+			AuthenticationFunc:  openapi3filter.NoopAuthenticationFunc,
+			SkipSettingDefaults: true,
+		},
+	})
+	if err == nil {
+		return nil
+	}
+	return validationProblem(err)
+}
+
+func mediaTypes(c openapi3.Content) []string {
+	out := make([]string, 0, len(c))
+	for mt := range c {
+		out = append(out, mt)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// validationProblem turns a kin-openapi error into invalid_request with the
+// JSON pointer of the bad field.
+func validationProblem(err error) error {
+	var re *openapi3filter.RequestError
+	if !errors.As(err, &re) {
+		return badRequest("", "%v", err)
+	}
+	var se *openapi3.SchemaError
+	if errors.As(re.Err, &se) {
+		pointer := "/" + strings.Join(se.JSONPointer(), "/")
+		if re.Parameter != nil {
+			pointer = ""
+			return badRequest(pointer, "parameter %q: %s", re.Parameter.Name, se.Reason)
+		}
+		return badRequest(pointer, "%s: %s", pointer, se.Reason)
+	}
+	if re.Parameter != nil {
+		return badRequest("", "parameter %q: %v", re.Parameter.Name, re.Err)
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		return badRequest("", "malformed JSON at byte %d: %v", syn.Offset, syn)
+	}
+	return badRequest("", "%s", strings.TrimPrefix(re.Error(), "request body has an error: "))
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic in handler", "panic", v, "request_id", requestID(r), "path", r.URL.Path)
+				writeProblem(w, problemOf(kindInternal, "internal error; see the server log for request "+requestID(r)))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+type ctxKey int
+
+const requestIDKey ctxKey = 0
+
+func requestID(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey).(string)
+	return id
+}
+
+// statusWriter remembers the status for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += n
+	return n, err
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// requestLog gives each request an id and logs one line per request at
+// debug level (errors at warn): nothing per message at info.
+func (s *Server) requestLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		id := r.Header.Get("X-Request-Id")
+		if id == "" || len(id) > 128 {
+			id = strconv.FormatUint(s.reqIDs.Add(1), 36)
+		}
+		w.Header().Set("X-Request-Id", id)
+		r = r.WithContext(context.WithValue(r.Context(), requestIDKey, id))
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		level := slog.LevelDebug
+		if sw.status >= 500 {
+			level = slog.LevelWarn
+		}
+		s.log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
+			"status", sw.status, "bytes", sw.bytes, "duration", time.Since(start), "request_id", id)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, err = w.Write(body)
+	return err
+}
+
+// decodeJSON decodes a validated body; an empty body leaves v as it is.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("", "malformed JSON: %v", err)
+	}
+	return nil
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if err := s.b.Ready(); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) openapiYAML(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(tidemq.OpenAPI)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -1,0 +1,136 @@
+package pebblestore
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+type batch struct {
+	s      *Store
+	b      *pebble.Batch
+	key    []byte
+	val    []byte
+	err    error // the first encoding error; Commit reports it
+	lastTS map[[2]uint32]int64
+}
+
+func (s *Store) NewBatch() core.Batch {
+	return &batch{s: s, b: s.db.NewBatch(), key: make([]byte, 0, 32), val: make([]byte, 0, 1024)}
+}
+
+func (b *batch) setJSON(key []byte, v any) {
+	data, err := json.Marshal(v)
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	_ = b.b.Set(key, data, nil)
+}
+
+func (b *batch) PutTopic(t *core.TopicRecord) { b.setJSON(topicKey(t.ID), t) }
+
+func (b *batch) DeleteTopic(t *core.TopicRecord) {
+	// Bodies in the shared log are found through the topic's queue index and
+	// deleted one by one; the topic's own ranges go with range tombstones.
+	lo, hi := prefixRange(id32Prefix(prefixQueue, t.ID))
+	err := b.s.read(func() error {
+		it, err := b.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			if v := it.Value(); len(v) == indexValueLen {
+				b.key = logKey(b.key, be.Uint64(v))
+				_ = b.b.Delete(b.key, nil)
+			}
+		}
+		return it.Error()
+	})
+	if err != nil && b.err == nil {
+		b.err = err
+	}
+	_ = b.b.DeleteRange(lo, hi, nil)
+	lo, hi = prefixRange(id32Prefix(prefixTime, t.ID))
+	_ = b.b.DeleteRange(lo, hi, nil)
+	lo, hi = prefixRange(id32Prefix(prefixQueueMeta, t.ID))
+	_ = b.b.DeleteRange(lo, hi, nil)
+	_ = b.b.Delete(topicKey(t.ID), nil)
+}
+
+func (b *batch) PutSubscription(s *core.SubscriptionRecord) { b.setJSON(subKey(s.ID), s) }
+
+func (b *batch) DeleteSubscription(s *core.SubscriptionRecord) {
+	for _, p := range []byte{prefixWatermark, prefixAck} {
+		lo, hi := prefixRange(id32Prefix(p, s.ID))
+		_ = b.b.DeleteRange(lo, hi, nil)
+	}
+	_ = b.b.Delete(subKey(s.ID), nil)
+}
+
+func (b *batch) Append(m *core.Message) {
+	b.val = encodeRecord(b.val[:0], m)
+	b.key = logKey(b.key, m.Seq)
+	_ = b.b.Set(b.key, b.val, nil)
+	b.key = queueKey(b.key, m.TopicID, m.QueueID, m.Offset)
+	b.val = appendIndexValue(b.val, m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)))
+	_ = b.b.Set(b.key, b.val, nil)
+	// The time index is sparse: one entry per queue per store time, pointing
+	// at the first offset stored then.
+	if b.lastTS == nil {
+		b.lastTS = map[[2]uint32]int64{}
+	}
+	qk := [2]uint32{m.TopicID, m.QueueID}
+	if ts, ok := b.lastTS[qk]; !ok || ts != m.StoredAtMs {
+		b.lastTS[qk] = m.StoredAtMs
+		b.key = timeKey(b.key, m.TopicID, m.QueueID, m.StoredAtMs, m.Offset)
+		_ = b.b.Set(b.key, nil, nil)
+	}
+}
+
+func (b *batch) PutQueueMeta(topicID, queueID uint32, next uint64, bytes int64) {
+	b.val = be.AppendUint64(b.val[:0], next)
+	b.val = be.AppendUint64(b.val, uint64(bytes))
+	_ = b.b.Set(queueMetaKey(topicID, queueID), b.val, nil)
+}
+
+func (b *batch) PutAckWatermark(subID, queueID uint32, acked uint64) {
+	b.val = be.AppendUint64(b.val[:0], acked)
+	_ = b.b.Set(watermarkKey(subID, queueID), b.val, nil)
+}
+
+func (b *batch) PutAck(subID, queueID uint32, offset uint64) {
+	_ = b.b.Set(ackKey(subID, queueID, offset), nil, nil)
+}
+
+func (b *batch) DeleteAck(subID, queueID uint32, offset uint64) {
+	_ = b.b.Delete(ackKey(subID, queueID, offset), nil)
+}
+
+func (b *batch) Len() int { return b.b.Len() }
+
+func (b *batch) Commit(sync bool) error {
+	defer b.Close()
+	if b.err != nil {
+		return fmt.Errorf("pebblestore: commit: %w", b.err)
+	}
+	opt := pebble.NoSync
+	if sync {
+		opt = pebble.Sync
+	}
+	err := b.s.read(func() error { return b.b.Commit(opt) })
+	if err != nil {
+		return fmt.Errorf("pebblestore: commit: %w", err)
+	}
+	return nil
+}
+
+func (b *batch) Close() {
+	if b.b != nil {
+		_ = b.b.Close()
+		b.b = nil
+	}
+}

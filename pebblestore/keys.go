@@ -1,0 +1,107 @@
+package pebblestore
+
+import "encoding/binary"
+
+// Key prefixes; the layout is documented in doc.go.
+const (
+	prefixTopic     = 't'
+	prefixSub       = 's'
+	prefixQueueMeta = 'q'
+	prefixLog       = 'L'
+	prefixQueue     = 'Q'
+	prefixTime      = 'T'
+	prefixWatermark = 'C'
+	prefixAck       = 'A'
+)
+
+var be = binary.BigEndian
+
+func topicKey(topicID uint32) []byte {
+	k := make([]byte, 5)
+	k[0] = prefixTopic
+	be.PutUint32(k[1:], topicID)
+	return k
+}
+
+func subKey(subID uint32) []byte {
+	k := make([]byte, 5)
+	k[0] = prefixSub
+	be.PutUint32(k[1:], subID)
+	return k
+}
+
+func logKey(dst []byte, seq uint64) []byte {
+	dst = append(dst[:0], prefixLog)
+	return be.AppendUint64(dst, seq)
+}
+
+// queueKey is Q topic queue offset; with offset omitted by queuePrefix it
+// bounds one queue or (with queue omitted) one topic.
+func queueKey(dst []byte, topicID, queueID uint32, offset uint64) []byte {
+	dst = append(dst[:0], prefixQueue)
+	dst = be.AppendUint32(dst, topicID)
+	dst = be.AppendUint32(dst, queueID)
+	return be.AppendUint64(dst, offset)
+}
+
+// timeKey is T topic queue storedAtMs firstOffset: two batches stored in the
+// same millisecond get two entries, and a seek to a time lands on the first.
+func timeKey(dst []byte, topicID, queueID uint32, storedAtMs int64, offset uint64) []byte {
+	dst = append(dst[:0], prefixTime)
+	dst = be.AppendUint32(dst, topicID)
+	dst = be.AppendUint32(dst, queueID)
+	dst = be.AppendUint64(dst, uint64(storedAtMs))
+	return be.AppendUint64(dst, offset)
+}
+
+// queueMetaKey holds a queue's next offset and byte total (16 bytes), so an
+// emptied queue keeps its position and /topics shows bytes without a scan.
+func queueMetaKey(topicID, queueID uint32) []byte {
+	k := make([]byte, 0, 9)
+	k = append(k, prefixQueueMeta)
+	k = be.AppendUint32(k, topicID)
+	return be.AppendUint32(k, queueID)
+}
+
+func watermarkKey(subID, queueID uint32) []byte {
+	k := make([]byte, 0, 9)
+	k = append(k, prefixWatermark)
+	k = be.AppendUint32(k, subID)
+	return be.AppendUint32(k, queueID)
+}
+
+func ackKey(subID, queueID uint32, offset uint64) []byte {
+	k := make([]byte, 0, 17)
+	k = append(k, prefixAck)
+	k = be.AppendUint32(k, subID)
+	k = be.AppendUint32(k, queueID)
+	return be.AppendUint64(k, offset)
+}
+
+// prefixRange returns [p, p+1) as iterator bounds: every key that starts with p.
+func prefixRange(p []byte) (lower, upper []byte) {
+	upper = append([]byte(nil), p...)
+	for i := len(upper) - 1; i >= 0; i-- {
+		if upper[i] < 0xff {
+			upper[i]++
+			return p, upper[:i+1]
+		}
+	}
+	return p, nil
+}
+
+func id32Prefix(prefix byte, id uint32) []byte {
+	k := make([]byte, 0, 5)
+	k = append(k, prefix)
+	return be.AppendUint32(k, id)
+}
+
+// index values: seq, storedAtMs, tagHash, size (24 bytes).
+const indexValueLen = 24
+
+func appendIndexValue(dst []byte, seq uint64, storedAtMs int64, tagHash, size uint32) []byte {
+	dst = be.AppendUint64(dst[:0], seq)
+	dst = be.AppendUint64(dst, uint64(storedAtMs))
+	dst = be.AppendUint32(dst, tagHash)
+	return be.AppendUint32(dst, size)
+}

@@ -1,0 +1,178 @@
+package pebblestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+// Message records in the L log:
+//
+//	version u8 | flags u8 | id | topicID u32 | queueID u32 | offset u64 |
+//	bornAtMs i64 | storedAtMs i64 | tag | shardingKey | producerGroup |
+//	traceparent | nkeys uvarint, keys… | nprops uvarint, (k, v)… | body
+//
+// where strings are uvarint length + bytes and body is the rest of the record,
+// zstd-compressed when flagCompressed is set (bodies above compressAbove).
+const (
+	recordVersion  = 1
+	flagBase64     = 1 << 0
+	flagCompressed = 1 << 1
+	compressAbove  = 4 << 10
+)
+
+var errCorrupt = errors.New("pebblestore: corrupt message record")
+
+var (
+	zenc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	zdec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0))
+)
+
+var recordPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// encodeRecord appends m's record to dst.
+func encodeRecord(dst []byte, m *core.Message) []byte {
+	var flags byte
+	if m.BodyBase64 {
+		flags |= flagBase64
+	}
+	if len(m.Body) > compressAbove {
+		flags |= flagCompressed
+	}
+	dst = append(dst, recordVersion, flags)
+	dst = appendString(dst, m.ID)
+	dst = be.AppendUint32(dst, m.TopicID)
+	dst = be.AppendUint32(dst, m.QueueID)
+	dst = be.AppendUint64(dst, m.Offset)
+	dst = be.AppendUint64(dst, uint64(m.BornAtMs))
+	dst = be.AppendUint64(dst, uint64(m.StoredAtMs))
+	dst = appendString(dst, m.Tag)
+	dst = appendString(dst, m.ShardingKey)
+	dst = appendString(dst, m.ProducerGroup)
+	dst = appendString(dst, m.Traceparent)
+	dst = binary.AppendUvarint(dst, uint64(len(m.Keys)))
+	for _, k := range m.Keys {
+		dst = appendString(dst, k)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(m.Properties)))
+	for k, v := range m.Properties {
+		dst = appendString(dst, k)
+		dst = appendString(dst, v)
+	}
+	if flags&flagCompressed != 0 {
+		return zenc.EncodeAll(m.Body, dst)
+	}
+	return append(dst, m.Body...)
+}
+
+type recordReader struct {
+	b   []byte
+	err error
+}
+
+func (r *recordReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errCorrupt
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *recordReader) string() string {
+	n := r.uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errCorrupt
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *recordReader) u32() uint32 {
+	if r.err != nil || len(r.b) < 4 {
+		r.err = errCorrupt
+		return 0
+	}
+	v := be.Uint32(r.b)
+	r.b = r.b[4:]
+	return v
+}
+
+func (r *recordReader) u64() uint64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.err = errCorrupt
+		return 0
+	}
+	v := be.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+// decodeRecord parses a record; it copies what it keeps, so b may be reused.
+func decodeRecord(b []byte, seq uint64) (*core.Message, error) {
+	if len(b) < 2 || b[0] != recordVersion {
+		return nil, errCorrupt
+	}
+	flags := b[1]
+	r := recordReader{b: b[2:]}
+	m := &core.Message{Seq: seq, BodyBase64: flags&flagBase64 != 0}
+	m.ID = r.string()
+	m.TopicID = r.u32()
+	m.QueueID = r.u32()
+	m.Offset = r.u64()
+	m.BornAtMs = int64(r.u64())
+	m.StoredAtMs = int64(r.u64())
+	m.Tag = r.string()
+	m.ShardingKey = r.string()
+	m.ProducerGroup = r.string()
+	m.Traceparent = r.string()
+	if n := r.uvarint(); n > 0 && n <= uint64(len(r.b)) {
+		m.Keys = make([]string, n)
+		for i := range m.Keys {
+			m.Keys[i] = r.string()
+		}
+	} else if n > uint64(len(r.b)) {
+		r.err = errCorrupt
+	}
+	if n := r.uvarint(); n > 0 && n <= uint64(len(r.b)) {
+		m.Properties = make(map[string]string, n)
+		for range n {
+			k := r.string()
+			m.Properties[k] = r.string()
+		}
+	} else if n > uint64(len(r.b)) {
+		r.err = errCorrupt
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if flags&flagCompressed != 0 {
+		body, err := zdec.DecodeAll(r.b, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+		}
+		m.Body = body
+	} else {
+		m.Body = append([]byte(nil), r.b...)
+	}
+	return m, nil
+}

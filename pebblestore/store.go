@@ -1,0 +1,364 @@
+package pebblestore
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+var _ core.Store = (*Store)(nil)
+
+// Options configures Open. The zero value works.
+type Options struct {
+	// FS is the filesystem; nil means the real disk. Tests pass vfs.NewMem().
+	FS vfs.FS
+	// CacheBytes is the block cache size (default 256 MiB).
+	CacheBytes int64
+	// MemTableBytes is the memtable size (default 64 MiB).
+	MemTableBytes uint64
+	Logger        *slog.Logger
+}
+
+// Store is the Pebble implementation of core.Store.
+type Store struct {
+	db     *pebble.DB
+	mu     sync.RWMutex // guards closed against Close racing with reads
+	closed bool
+}
+
+// Open opens (or creates) a store in dir.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.CacheBytes <= 0 {
+		opts.CacheBytes = 256 << 20
+	}
+	if opts.MemTableBytes == 0 {
+		opts.MemTableBytes = 64 << 20
+	}
+	cache := pebble.NewCache(opts.CacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{
+		FS:                          opts.FS,
+		Cache:                       cache,
+		FormatMajorVersion:          pebble.FormatTableFormatV6,
+		MemTableSize:                opts.MemTableBytes,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       2,
+		L0StopWritesThreshold:       1000,
+		LBaseMaxBytes:               64 << 20,
+		FlushDelayDeleteRange:       10 * 1e9,
+		Logger:                      quietLogger{opts.Logger},
+	}
+	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// quietLogger routes Pebble's informational chatter to slog at debug level.
+type quietLogger struct{ l *slog.Logger }
+
+func (q quietLogger) logger() *slog.Logger {
+	if q.l == nil {
+		return slog.Default()
+	}
+	return q.l
+}
+func (q quietLogger) Infof(format string, args ...any) {
+	q.logger().Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Errorf(format string, args ...any) {
+	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (q quietLogger) Fatalf(format string, args ...any) {
+	// Pebble calls Fatalf on unrecoverable errors such as a failed fsync,
+	// after which the on-disk state is unknown; crashing is the only safe move.
+	q.logger().Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf(format, args...))
+}
+
+// Close closes the database; it is idempotent.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebblestore: close: %w", err)
+	}
+	return nil
+}
+
+// read runs fn unless the store is closed.
+func (s *Store) read(fn func() error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return core.ErrClosed
+	}
+	return fn()
+}
+
+// Metrics exposes Pebble's metrics for monitoring.
+func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
+
+// DiskUsage estimates the bytes the store occupies on disk.
+func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
+
+// Flush forces the memtable to disk (tests and benchmarks use it).
+func (s *Store) Flush() error { return s.db.Flush() }
+
+// Compact compacts the whole key space, so deleted data leaves the disk.
+func (s *Store) Compact() error {
+	return s.read(func() error {
+		return s.db.Compact(nil, []byte{0xff}, []byte{0xff, 0xff}, true)
+	})
+}
+
+func (s *Store) Load() (*core.Snapshot, error) {
+	snap := &core.Snapshot{Queues: map[uint32][]core.QueueRange{}, Acks: map[uint32][]core.QueueAcks{}}
+	err := s.read(func() error {
+		if err := s.loadTopics(snap); err != nil {
+			return err
+		}
+		if err := s.loadSubscriptions(snap); err != nil {
+			return err
+		}
+		if err := s.loadAcks(snap); err != nil {
+			return err
+		}
+		return s.loadNextSeq(snap)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebblestore: load: %w", err)
+	}
+	return snap, nil
+}
+
+func (s *Store) loadTopics(snap *core.Snapshot) error {
+	lo, hi := prefixRange([]byte{prefixTopic})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		t := new(core.TopicRecord)
+		if err := json.Unmarshal(it.Value(), t); err != nil {
+			return fmt.Errorf("topic %x: %w", it.Key(), err)
+		}
+		snap.Topics = append(snap.Topics, t)
+		ranges := make([]core.QueueRange, t.Queues)
+		for q := range ranges {
+			r, err := s.queueRange(t.ID, uint32(q))
+			if err != nil {
+				return err
+			}
+			ranges[q] = r
+		}
+		snap.Queues[t.ID] = ranges
+	}
+	return it.Error()
+}
+
+// queueRange reads a queue's meta record (next offset, bytes) and its first
+// index entry (the lowest retained offset).
+func (s *Store) queueRange(topicID, queueID uint32) (core.QueueRange, error) {
+	var r core.QueueRange
+	v, closer, err := s.db.Get(queueMetaKey(topicID, queueID))
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		return r, nil
+	case err != nil:
+		return r, err
+	}
+	if len(v) != 16 {
+		closer.Close()
+		return r, errCorrupt
+	}
+	r.Next, r.Bytes = be.Uint64(v), int64(be.Uint64(v[8:]))
+	closer.Close()
+	r.Min = r.Next
+	lo := queueKey(nil, topicID, queueID, 0)
+	hi := queueKey(nil, topicID, queueID, r.Next)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return r, err
+	}
+	defer it.Close()
+	if it.First() {
+		r.Min = be.Uint64(it.Key()[9:])
+	}
+	return r, it.Error()
+}
+
+func (s *Store) loadSubscriptions(snap *core.Snapshot) error {
+	lo, hi := prefixRange([]byte{prefixSub})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		sub := new(core.SubscriptionRecord)
+		if err := json.Unmarshal(it.Value(), sub); err != nil {
+			return fmt.Errorf("subscription %x: %w", it.Key(), err)
+		}
+		snap.Subscriptions = append(snap.Subscriptions, sub)
+	}
+	return it.Error()
+}
+
+func (s *Store) loadAcks(snap *core.Snapshot) error {
+	byQueue := map[[2]uint32]*core.QueueAcks{}
+	get := func(sub, q uint32) *core.QueueAcks {
+		k := [2]uint32{sub, q}
+		a := byQueue[k]
+		if a == nil {
+			a = &core.QueueAcks{QueueID: q}
+			byQueue[k] = a
+		}
+		return a
+	}
+	lo, hi := prefixRange([]byte{prefixWatermark})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 || len(it.Value()) != 8 {
+			it.Close()
+			return errCorrupt
+		}
+		get(be.Uint32(k[1:]), be.Uint32(k[5:])).Watermark = be.Uint64(it.Value())
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	lo, hi = prefixRange([]byte{prefixAck})
+	it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 17 {
+			it.Close()
+			return errCorrupt
+		}
+		a := get(be.Uint32(k[1:]), be.Uint32(k[5:]))
+		a.Acked = append(a.Acked, be.Uint64(k[9:]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	for k, a := range byQueue {
+		snap.Acks[k[0]] = append(snap.Acks[k[0]], *a)
+	}
+	return nil
+}
+
+func (s *Store) loadNextSeq(snap *core.Snapshot) error {
+	lo, hi := prefixRange([]byte{prefixLog})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	if it.Last() {
+		snap.NextSeq = be.Uint64(it.Key()[1:]) + 1
+	}
+	return it.Error()
+}
+
+func (s *Store) ScanQueue(topicID, queueID uint32, from, to uint64, fn func(core.IndexEntry) bool) error {
+	if from >= to {
+		return nil
+	}
+	return s.read(func() error {
+		lo := queueKey(nil, topicID, queueID, from)
+		hi := queueKey(nil, topicID, queueID, to)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return fmt.Errorf("pebblestore: scan %d/%d: %w", topicID, queueID, err)
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			k, v := it.Key(), it.Value()
+			if len(k) != 17 || len(v) != indexValueLen {
+				return fmt.Errorf("pebblestore: scan %d/%d: %w", topicID, queueID, errCorrupt)
+			}
+			e := core.IndexEntry{
+				Offset:     be.Uint64(k[9:]),
+				Seq:        be.Uint64(v),
+				StoredAtMs: int64(be.Uint64(v[8:])),
+				TagHash:    be.Uint32(v[16:]),
+				Size:       be.Uint32(v[20:]),
+			}
+			if !fn(e) {
+				break
+			}
+		}
+		return it.Error()
+	})
+}
+
+func (s *Store) ReadMessage(seq uint64) (*core.Message, error) {
+	var m *core.Message
+	err := s.read(func() error {
+		kb := recordPool.Get().(*[]byte)
+		defer recordPool.Put(kb)
+		*kb = logKey(*kb, seq)
+		v, closer, err := s.db.Get(*kb)
+		if errors.Is(err, pebble.ErrNotFound) {
+			return core.ErrMessageNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
+		}
+		defer closer.Close()
+		m, err = decodeRecord(v, seq)
+		if err != nil {
+			return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+func (s *Store) OffsetAtTime(topicID, queueID uint32, timeMs int64) (uint64, bool, error) {
+	var off uint64
+	var ok bool
+	err := s.read(func() error {
+		lo := timeKey(nil, topicID, queueID, max(timeMs, 0), 0)
+		_, hi := prefixRange(lo[:9])
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		if it.First() && len(it.Key()) == 25 {
+			off, ok = be.Uint64(it.Key()[17:]), true
+		}
+		return it.Error()
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("pebblestore: offset at time %d/%d: %w", topicID, queueID, err)
+	}
+	return off, ok, nil
+}
