@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
+	"time"
 )
 
 type requestKind uint8
@@ -15,8 +17,9 @@ const (
 	// batch of its own so that it never shares a commit with appends it
 	// might invalidate (a topic delete racing a send).
 	reqAdmin
-	// reqAcks persists consumer positions.
-	reqAcks
+	// reqWrite applies writes decided elsewhere (acks, nacks, DLQ moves,
+	// timers, retention) in the shared batch.
+	reqWrite
 )
 
 // request is one command for the appender. Everything apply needs is in it:
@@ -26,16 +29,12 @@ type request struct {
 	topic *topic
 	msgs  []*Message
 	admin func(Batch)
-	acks  []ackWrite
-	done  chan error
-}
-
-// ackWrite is the durable effect of acks on one subscription queue.
-type ackWrite struct {
-	subID, queueID uint32
-	watermark      uint64
-	setWatermark   bool
-	put, del       []uint64
+	// writes are applied in order; after runs in the appender once the
+	// batch is durable, before the requester is answered.
+	writes  []func(Batch)
+	after   func()
+	results []SendResult
+	done    chan error
 }
 
 // submit hands r to the appender and waits until it is durable.
@@ -136,78 +135,128 @@ func (b *Broker) commit(reqs []*request) {
 	// and storedAt stay monotonic per queue even if the wall clock steps back.
 	nowMs := max(b.now().UnixMilli(), b.lastMs)
 	seqBefore := b.nextSeq
-	var touched []*queue
+	b.expireDedup(batch, nowMs)
 	errs := make([]error, len(reqs))
+	var firstDelay int64
 	for i, r := range reqs {
 		switch r.kind {
 		case reqAdmin:
 			r.admin(batch)
-		case reqAcks:
-			for _, w := range r.acks {
-				if w.setWatermark {
-					batch.PutAckWatermark(w.subID, w.queueID, w.watermark)
-				}
-				for _, o := range w.put {
-					batch.PutAck(w.subID, w.queueID, o)
-				}
-				for _, o := range w.del {
-					batch.DeleteAck(w.subID, w.queueID, o)
-				}
+		case reqWrite:
+			for _, w := range r.writes {
+				w(batch)
 			}
 		case reqAppend:
 			if r.topic.deleted.Load() {
 				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, r.topic.rec.Name)
 				continue
 			}
-			b.mu.RLock()
-			queues := r.topic.queues
-			b.mu.RUnlock()
-			for _, m := range r.msgs {
-				q := queues[m.QueueID]
-				m.Offset = q.pendingNext
-				m.Seq = b.nextSeq
-				m.StoredAtMs = nowMs
-				q.pendingNext++
-				q.pendingBytes += int64(len(m.Body))
-				b.nextSeq++
-				batch.Append(m)
-				if !q.touched {
-					q.touched = true
-					touched = append(touched, q)
-				}
+			if d := b.applyAppend(batch, r, nowMs); d > 0 && (firstDelay == 0 || d < firstDelay) {
+				firstDelay = d
 			}
 		}
 	}
-	for _, q := range touched {
+	for _, q := range b.touched {
 		batch.PutQueueMeta(q.topicID, q.id, q.pendingNext, q.pendingBytes)
 	}
 	err := batch.Commit(!b.opts.NoSync)
 	if err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore
-		for _, q := range touched {
+		for _, q := range b.touched {
 			q.pendingNext, q.pendingBytes = q.next.Load(), q.bytes.Load()
 			q.touched = false
 		}
+		b.touched = b.touched[:0]
+		b.rollbackDedup()
 		for _, r := range reqs {
 			r.done <- classifyStoreError(err)
 		}
 		return
 	}
 	b.lastMs = nowMs
-	for _, q := range touched {
+	b.dedupOrder = append(b.dedupOrder, b.dedupAdded...)
+	b.dedupAdded = b.dedupAdded[:0]
+	for _, q := range b.touched {
 		q.next.Store(q.pendingNext)
 		q.bytes.Store(q.pendingBytes)
 		q.touched = false
 	}
-	woken := map[*topic]bool{}
+	b.touched = b.touched[:0]
+	if firstDelay > 0 {
+		b.timers.wantAt(firstDelay)
+	}
+	var woken []*topic
 	for i, r := range reqs {
-		if r.kind == reqAppend && errs[i] == nil && !woken[r.topic] {
-			woken[r.topic] = true
+		if r.after != nil && errs[i] == nil {
+			r.after()
+		}
+		if r.kind == reqAppend && errs[i] == nil && !slices.Contains(woken, r.topic) {
+			woken = append(woken, r.topic)
 			b.wakeSubscriptions(r.topic)
 		}
 		r.done <- errs[i]
 	}
+}
+
+// touch records that q's meta must be written with this batch.
+func (b *Broker) touch(q *queue) {
+	if !q.touched {
+		q.touched = true
+		b.touched = append(b.touched, q)
+	}
+}
+
+// applyAppend stores a send's messages: appended to their queues, or
+// parked until due when delayed, or answered from the dedup memory when a
+// dedup key repeats. It returns the earliest delay it parked, 0 if none.
+func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
+	b.mu.RLock()
+	queues := r.topic.queues
+	b.mu.RUnlock()
+	topicID := r.topic.rec.ID
+	r.results = make([]SendResult, len(r.msgs))
+	var firstDelay int64
+	for i, m := range r.msgs {
+		if m.DedupKey != "" {
+			if rec := b.dedup[dedupID{topicID, m.DedupKey}]; rec != nil {
+				res := rec.Result
+				res.Duplicate = true
+				r.results[i] = res
+				continue
+			}
+		}
+		if m.DeliverAtMs > nowMs {
+			p := &Parked{ID: b.ids.Add(1), Kind: ParkedDelayed, TopicID: topicID, DueMs: m.DeliverAtMs, Msg: m}
+			batch.PutParked(p)
+			batch.PutTimer(p.DueMs, p.ID, ParkedDelayed)
+			r.results[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), StoredAt: time.UnixMilli(nowMs).UTC(), Delayed: true}
+			if firstDelay == 0 || p.DueMs < firstDelay {
+				firstDelay = p.DueMs
+			}
+		} else {
+			q := queues[m.QueueID]
+			m.Offset = q.pendingNext
+			m.Seq = b.nextSeq
+			m.StoredAtMs = nowMs
+			q.pendingNext++
+			q.pendingBytes += int64(len(m.Body))
+			b.nextSeq++
+			batch.Append(m)
+			b.touch(q)
+			r.results[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), Offset: m.Offset, StoredAt: time.UnixMilli(nowMs).UTC()}
+		}
+		if m.DedupKey != "" {
+			rec := &DedupRecord{TopicID: topicID, Key: m.DedupKey, Result: r.results[i], StoredMs: nowMs}
+			b.dedup[dedupID{topicID, m.DedupKey}] = rec
+			b.dedupAdded = append(b.dedupAdded, rec)
+			batch.PutDedup(rec)
+		}
+	}
+	for _, w := range r.writes {
+		w(batch)
+	}
+	return firstDelay
 }
 
 // classifyStoreError turns a full disk into ErrInsufficientStorage, which

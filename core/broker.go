@@ -86,9 +86,21 @@ type Broker struct {
 	closed      atomic.Bool
 	wg          sync.WaitGroup
 
+	subsByID map[uint32]*subscription // under mu
+
 	// appender-owned
-	nextSeq uint64
-	lastMs  int64
+	nextSeq    uint64
+	lastMs     int64
+	touched    []*queue
+	dedup      map[dedupID]*DedupRecord
+	dedupOrder []*DedupRecord // by StoredMs, oldest first
+	dedupAdded []*DedupRecord // in the batch being built
+
+	// ids names parked and dead records; like lease ids it starts from the
+	// clock so that ids never repeat across restarts.
+	ids         atomic.Uint64
+	timers      *timerWake
+	timerCursor atomic.Int64
 
 	leaseIDs atomic.Uint64
 	// leaseBase is the first lease id of this run: a handle at or below it
@@ -134,6 +146,9 @@ func New(store Store, opts Options) (*Broker, error) {
 		topics:     map[string]*topic{},
 		topicsByID: map[uint32]*topic{},
 		requests:   make(chan *request, 4096),
+		subsByID:   map[uint32]*subscription{},
+		timers:     newTimerWake(),
+		dedup:      map[dedupID]*DedupRecord{},
 		closing:    make(chan struct{}),
 		polling:    make(chan struct{}),
 		nextSeq:    snap.NextSeq,
@@ -142,6 +157,8 @@ func New(store Store, opts Options) (*Broker, error) {
 	// a restart can never match a lease made after it.
 	b.leaseBase = uint64(time.Now().UnixNano())
 	b.leaseIDs.Store(b.leaseBase)
+	b.ids.Store(b.leaseBase)
+	b.timerCursor.Store(snap.FirstTimerMs)
 	for _, rec := range snap.Topics {
 		t := &topic{rec: rec, subs: map[string]*subscription{}}
 		ranges := snap.Queues[rec.ID]
@@ -170,10 +187,31 @@ func New(store Store, opts Options) (*Broker, error) {
 			return nil, fmt.Errorf("core: load subscription %s: %w", rec.Group, err)
 		}
 		s.restore(snap.Acks[rec.ID])
+		s.nDead = snap.DeadCounts[rec.ID]
 		t.subs[rec.Group] = s
+		b.subsByID[rec.ID] = s
 		b.lastSub = max(b.lastSub, rec.ID)
 	}
+	nowMs := b.now().UnixMilli()
+	for _, p := range snap.Retries {
+		s := b.subsByID[p.SubID]
+		if s == nil {
+			continue
+		}
+		// A retry already due was made ready before the restart, or is
+		// about to be: either way it is ready now. A later one waits for
+		// its timer, which is still in the index.
+		d := &delivery{queue: retryQueue, offset: p.ID, attempt: p.Attempt, dueMs: p.DueMs, heapIndex: -1}
+		if p.DueMs <= nowMs {
+			d.ready = true
+			s.released = append(s.released, d)
+		}
+		s.deliveries[dkey{retryQueue, p.ID}] = d
+		s.nRetry++
+	}
+	b.restoreDedup(snap.Dedup, nowMs)
 	b.wg.Go(b.appendLoop)
+	b.wg.Go(b.timerLoop)
 	return b, nil
 }
 
@@ -414,8 +452,21 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 		subs = append(subs, s)
 	}
 	b.mu.RUnlock()
+	var retries []*Parked
+	for _, s := range subs {
+		s.mu.Lock()
+		for k := range s.deliveries {
+			if k.queue == retryQueue {
+				retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
+			}
+		}
+		s.mu.Unlock()
+	}
 	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
 		t.deleted.Store(true)
+		for _, p := range retries {
+			batch.DeleteParked(p)
+		}
 		for _, s := range subs {
 			batch.DeleteSubscription(s.rec)
 		}
@@ -427,6 +478,9 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	b.mu.Lock()
 	delete(b.topics, name)
 	delete(b.topicsByID, rec.ID)
+	for _, s := range subs {
+		delete(b.subsByID, s.rec.ID)
+	}
 	b.mu.Unlock()
 	for _, s := range subs {
 		s.markDeleted()

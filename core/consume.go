@@ -144,6 +144,7 @@ func (s *subscription) lease(req PullRequest) ([]leased, int64, error) {
 	s.expireLocked(nowMs)
 	var out []leased
 	take := func(d *delivery) {
+		d.ready = false
 		d.attempt++
 		d.leaseID = b.leaseIDs.Add(1)
 		d.deadline = deadline
@@ -158,7 +159,7 @@ func (s *subscription) lease(req PullRequest) ([]leased, int64, error) {
 	for len(s.released) > 0 && len(out) < req.MaxMessages {
 		d := s.released[0]
 		s.released = s.released[1:]
-		if s.deliveries[dkey{d.queue, d.offset}] == d && !d.leased {
+		if s.deliveries[dkey{d.queue, d.offset}] == d && d.ready && !d.leased {
 			take(d)
 		}
 	}
@@ -224,10 +225,31 @@ func (s *subscription) lease(req PullRequest) ([]leased, int64, error) {
 // expireLocked turns leases that ran out into deliveries waiting to go out
 // again; the attempt they used counts as failed.
 func (s *subscription) expireLocked(nowMs int64) {
+	var dead []*delivery
 	for len(s.leases) > 0 && s.leases[0].deadline <= nowMs {
 		d := heap.Pop(&s.leases).(*delivery)
 		d.leased = false
+		if d.attempt >= s.rec.MaxRetries+1 {
+			dead = append(dead, d)
+			continue
+		}
+		d.ready = true
 		s.released = append(s.released, d)
+	}
+	if len(dead) > 0 {
+		// Nobody waits for these writes; a failure leaves the messages
+		// outstanding, to be delivered again after a restart.
+		req, err := s.settleLocked(dead, settleDead, "lease expired", 0, nowMs)
+		if err != nil {
+			s.b.log.Error("moving expired messages to the DLQ", "err", err, "group", s.rec.Group)
+		}
+		if req != nil {
+			s.b.wg.Go(func() {
+				if err := <-req.done; err != nil {
+					s.b.log.Error("moving expired messages to the DLQ", "err", err, "group", s.rec.Group)
+				}
+			})
+		}
 	}
 }
 
@@ -256,7 +278,7 @@ func (b *Broker) readDeliveries(s *subscription, got []leased) ([]Delivered, err
 	out := make([]Delivered, 0, len(got))
 	var drop []leased
 	for _, l := range got {
-		m, err := b.store.ReadMessage(l.seq)
+		m, err := b.readLeased(l)
 		if errors.Is(err, ErrMessageNotFound) {
 			drop = append(drop, l)
 			continue
@@ -278,6 +300,17 @@ func (b *Broker) readDeliveries(s *subscription, got []leased) ([]Delivered, err
 		s.settle(drop)
 	}
 	return out, nil
+}
+
+func (b *Broker) readLeased(l leased) (*Message, error) {
+	if l.queue != retryQueue {
+		return b.store.ReadMessage(l.seq)
+	}
+	p, err := b.store.ReadParked(ParkedRetry, l.offset)
+	if err != nil {
+		return nil, err
+	}
+	return p.Msg, nil
 }
 
 func (s *subscription) filterMatches(tag string) bool {
@@ -312,6 +345,7 @@ func (s *subscription) releaseLeases(ls []leased) {
 		heap.Remove(&s.leases, d.heapIndex)
 		d.leased = false
 		d.attempt--
+		d.ready = true
 		s.released = append([]*delivery{d}, s.released...)
 	}
 	s.mu.Unlock()
@@ -324,7 +358,12 @@ func (s *subscription) doneLocked(d *delivery) {
 		heap.Remove(&s.leases, d.heapIndex)
 		d.leased = false
 	}
+	d.ready = false
 	delete(s.deliveries, dkey{d.queue, d.offset})
+	if d.isRetry() {
+		s.nRetry--
+		return
+	}
 	sq := s.queues[d.queue]
 	sq.out.clear(d.offset)
 	sq.nOut--
@@ -353,60 +392,6 @@ func (b *Broker) Release(topicName, group string, handles []string) {
 	s.releaseLeases(ls)
 }
 
-// Ack settles messages as consumed. It answers per handle; the whole call
-// fails only when the subscription does not exist or the store fails.
-func (b *Broker) Ack(ctx context.Context, topicName, group string, handles []string) (int, []HandleResult, error) {
-	s, err := b.subscription(topicName, group)
-	if err != nil {
-		return 0, nil, err
-	}
-	var failed []HandleResult
-	acked := 0
-	b.mu.RLock()
-	queues := s.topic.queues
-	b.mu.RUnlock()
-	s.mu.Lock()
-	touched := map[uint32][]uint64{}
-	for _, h := range handles {
-		d, err := s.lookupLocked(queues, h)
-		if errors.Is(err, errAlreadyDone) {
-			acked++
-			continue
-		}
-		if errors.Is(err, errPreRestart) {
-			touched[d.queue] = append(touched[d.queue], d.offset)
-			acked++
-			continue
-		}
-		if err != nil {
-			failed = append(failed, HandleResult{ReceiptHandle: h, Err: err})
-			continue
-		}
-		s.doneLocked(d)
-		touched[d.queue] = append(touched[d.queue], d.offset)
-		acked++
-	}
-	writes := s.ackWritesLocked(touched)
-	var req *request
-	if len(writes) > 0 {
-		// Queued while the lock is held, so acks of one subscription reach
-		// the store in the order they were decided.
-		req = &request{kind: reqAcks, acks: writes, done: make(chan error, 1)}
-		select {
-		case b.requests <- req:
-		case <-b.closing:
-			req = nil
-		}
-	}
-	s.mu.Unlock()
-	if req != nil {
-		if err := <-req.done; err != nil {
-			return 0, nil, err
-		}
-	}
-	return acked, failed, nil
-}
-
 var (
 	errAlreadyDone = errors.New("already done")
 	errPreRestart  = errors.New("leased before restart")
@@ -416,17 +401,21 @@ var (
 // ran out still counts while nobody else got the message.
 func (s *subscription) lookupLocked(queues []*queue, h string) (*delivery, error) {
 	r, ok := parseReceipt(h)
-	if !ok || r.subID != s.rec.ID || int(r.queueID) >= len(s.queues) {
+	if !ok || r.subID != s.rec.ID || (int(r.queueID) >= len(s.queues) && r.queueID != retryQueue) {
 		return nil, ErrReceiptInvalid
 	}
-	sq := s.queues[r.queueID]
 	d := s.deliveries[dkey{r.queueID, r.offset}]
+	if d == nil && r.queueID == retryQueue {
+		// A settled retry: acked, dead, or nacked and parked again.
+		return nil, errAlreadyDone
+	}
 	if d == nil {
+		sq := s.queues[r.queueID]
 		if r.offset < sq.next {
 			// Not outstanding: acked already (a retried ack) or settled.
 			return nil, errAlreadyDone
 		}
-		if r.leaseID <= s.b.leaseBase && int(r.queueID) < len(queues) && r.offset < queues[r.queueID].next.Load() {
+		if r.leaseID <= s.b.leaseBase && r.offset < queues[r.queueID].next.Load() {
 			// Leased before a restart and not handed out since: the ack
 			// still counts, and the cursor will skip the message.
 			sq.preAcked[r.offset] = true
@@ -443,35 +432,46 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*delivery, error
 	return d, nil
 }
 
-// ackWritesLocked computes what must be made durable after acks: the new
-// watermark of each touched queue, acks above it, and acks it has passed.
-func (s *subscription) ackWritesLocked(touched map[uint32][]uint64) []ackWrite {
-	var writes []ackWrite
+// ackWritesLocked makes acks of queue offsets durable: the new watermark
+// of each touched queue, acks above it, and the acks it has passed.
+func (s *subscription) ackWritesLocked(batch []func(Batch), touched map[uint32][]uint64) []func(Batch) {
 	for qid, offsets := range touched {
 		sq := s.queues[qid]
 		s.advanceLocked(sq)
-		w := ackWrite{subID: s.rec.ID, queueID: qid}
+		subID := s.rec.ID
+		var put, del []uint64
+		setWM, wm := false, sq.acked
 		if sq.acked != sq.persistedWM {
-			w.setWatermark, w.watermark = true, sq.acked
+			setWM = true
 			sq.persistedWM = sq.acked
 			for o := range sq.durableAcks {
 				if o < sq.acked {
-					w.del = append(w.del, o)
+					del = append(del, o)
 					delete(sq.durableAcks, o)
 				}
 			}
 		}
 		for _, o := range offsets {
 			if o >= sq.acked && !sq.durableAcks[o] {
-				w.put = append(w.put, o)
+				put = append(put, o)
 				sq.durableAcks[o] = true
 			}
 		}
-		if w.setWatermark || len(w.put) > 0 || len(w.del) > 0 {
-			writes = append(writes, w)
+		if setWM || len(put) > 0 || len(del) > 0 {
+			batch = append(batch, func(b Batch) {
+				if setWM {
+					b.PutAckWatermark(subID, qid, wm)
+				}
+				for _, o := range put {
+					b.PutAck(subID, qid, o)
+				}
+				for _, o := range del {
+					b.DeleteAck(subID, qid, o)
+				}
+			})
 		}
 	}
-	return writes
+	return batch
 }
 
 func (b *Broker) pollingStopped() bool {

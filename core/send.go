@@ -52,6 +52,9 @@ func ValidateMessage(m *Message, maxBytes int) error {
 			return invalid(fmt.Sprintf("/keys/%d", i), "must be 1-%d characters", MaxKeyLen)
 		}
 	}
+	if utf8.RuneCountInString(m.DedupKey) > MaxDedupKeyLen {
+		return invalid("/dedupKey", "at most %d characters", MaxDedupKeyLen)
+	}
 	if utf8.RuneCountInString(m.ShardingKey) > MaxShardingLen {
 		return invalid("/shardingKey", "at most %d characters", MaxShardingLen)
 	}
@@ -95,12 +98,9 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 			m.QueueID = t.rr.Add(1) % nq
 		}
 	}
-	if err := b.submit(ctx, &request{kind: reqAppend, topic: t, msgs: msgs}); err != nil {
+	req := &request{kind: reqAppend, topic: t, msgs: msgs}
+	if err := b.submit(ctx, req); err != nil {
 		return nil, err
 	}
-	out := make([]SendResult, len(msgs))
-	for i, m := range msgs {
-		out[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), Offset: m.Offset, StoredAt: time.UnixMilli(m.StoredAtMs).UTC()}
-	}
-	return out, nil
+	return req.results, nil
 }

@@ -19,6 +19,14 @@ type Store interface {
 	// OffsetAtTime returns the first offset of the queue stored at or after
 	// timeMs, or ok=false when every retained message is older.
 	OffsetAtTime(topicID, queueID uint32, timeMs int64) (offset uint64, ok bool, err error)
+	// ReadParked returns a parked message of a kind, or ErrMessageNotFound.
+	ReadParked(kind byte, id uint64) (*Parked, error)
+	// ScanTimers calls fn for timers due in [fromMs, toMs] in due order.
+	ScanTimers(fromMs, toMs int64, fn func(dueMs int64, id uint64, kind byte) bool) error
+	// ScanDead calls fn for a subscription's dead messages with deadAt in
+	// [fromMs, toMs], oldest first, starting after the entry named by after
+	// (0,0 for the beginning).
+	ScanDead(subID uint32, fromMs, toMs int64, afterMs int64, afterID uint64, fn func(*Dead) bool) error
 	// Close flushes and closes the store. It is idempotent.
 	Close() error
 }
@@ -41,6 +49,21 @@ type Batch interface {
 	// watermark has passed it.
 	PutAck(subID, queueID uint32, offset uint64)
 	DeleteAck(subID, queueID uint32, offset uint64)
+	PutParked(p *Parked)
+	DeleteParked(p *Parked)
+	// PutTimer indexes a parked message under its due time.
+	PutTimer(dueMs int64, id uint64, kind byte)
+	// DeleteTimersBefore drops timers due before dueMs (already processed).
+	DeleteTimersBefore(dueMs int64)
+	PutDead(d *Dead)
+	DeleteDead(d *Dead)
+	PutDedup(r *DedupRecord)
+	DeleteDedup(topicID uint32, key string)
+	// CutQueue removes a queue's index entries below offset and its time
+	// index entries before timeMs (retention).
+	CutQueue(topicID, queueID uint32, offset uint64, timeMs int64)
+	// CutLog removes log records below seq (retention, across topics).
+	CutLog(seq uint64)
 	// Len reports the encoded size so far, for batch size caps.
 	Len() int
 	// Commit makes the batch durable (sync) or merely applied (!sync).
@@ -69,6 +92,14 @@ type Snapshot struct {
 	Queues map[uint32][]QueueRange
 	// Acks holds consumer state keyed by subscription id.
 	Acks map[uint32][]QueueAcks
+	// Retries holds every ParkedRetry record, without bodies.
+	Retries []*Parked
+	// FirstTimerMs is the due time of the earliest timer, 0 if none.
+	FirstTimerMs int64
+	// DeadCounts is the DLQ size per subscription id.
+	DeadCounts map[uint32]int64
+	// Dedup holds the remembered sends, oldest first.
+	Dedup []*DedupRecord
 }
 
 // QueueRange is a queue's retained offsets [Min, Next).
@@ -82,4 +113,44 @@ type QueueAcks struct {
 	QueueID   uint32
 	Watermark uint64
 	Acked     []uint64 // acks above the watermark, ascending
+}
+
+// Parked kinds.
+const (
+	// ParkedRetry is a message a subscription will get again after a delay.
+	ParkedRetry byte = 'r'
+	// ParkedDelayed is a delayed send, appended to its queue when due.
+	ParkedDelayed byte = 'd'
+)
+
+// Parked is a message waiting for a timer, kept apart from the queues so
+// that retention never removes it. Its body is a copy of the message.
+type Parked struct {
+	ID      uint64
+	Kind    byte
+	SubID   uint32 // ParkedRetry
+	TopicID uint32
+	DueMs   int64
+	// Attempt is how many deliveries failed so far (ParkedRetry).
+	Attempt int
+	Reason  string
+	Msg     *Message
+}
+
+// Dead is a message in a subscription's dead-letter queue.
+type Dead struct {
+	ID       uint64
+	SubID    uint32
+	DeadAtMs int64
+	Attempt  int
+	Reason   string
+	Msg      *Message
+}
+
+// DedupRecord remembers a send's reply for DedupWindow.
+type DedupRecord struct {
+	TopicID  uint32
+	Key      string
+	Result   SendResult
+	StoredMs int64
 }

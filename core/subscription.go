@@ -48,6 +48,8 @@ type subscription struct {
 	rr         int
 	consumers  map[string]*consumerSeen
 	deleted    bool
+	nRetry     int64 // parked retries (waiting, ready or leased)
+	nDead      int64
 
 	// notify is closed and replaced whenever new messages may be ready.
 	// Waiters load it before looking for messages, so no wake-up is missed.
@@ -59,18 +61,27 @@ type dkey struct {
 	offset uint64
 }
 
-// delivery is an outstanding message: leased, or waiting to go out again.
+// retryQueue is the queue id of deliveries of parked retries; their offset
+// is the parked record's id.
+const retryQueue = ^uint32(0)
+
+// delivery is an outstanding message: leased, waiting to go out again
+// (ready), or a parked retry waiting for its timer.
 type delivery struct {
 	queue     uint32
 	offset    uint64
 	seq       uint64
-	attempt   int
+	attempt   int // deliveries made so far
 	leaseID   uint64
 	deadline  int64 // Unix ms; meaningful while leased
 	leased    bool
+	ready     bool  // in subscription.released
+	dueMs     int64 // parked retries: when the timer makes it ready
 	consumer  string
 	heapIndex int
 }
+
+func (d *delivery) isRetry() bool { return d.queue == retryQueue }
 
 type subQueue struct {
 	id    uint32
@@ -296,6 +307,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	b.mu.Lock()
 	b.lastSub = rec.ID
 	t.subs[group] = s
+	b.subsByID[rec.ID] = s
 	b.mu.Unlock()
 	b.log.Info("subscription created", "topic", topicName, "group", group, "mode", rec.Mode, "start_from", rec.StartFrom)
 	return s.info(), true, nil
@@ -348,11 +360,26 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 	if err != nil {
 		return err
 	}
-	if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.DeleteSubscription(s.rec) }}); err != nil {
+	s.mu.Lock()
+	var retries []*Parked
+	for k := range s.deliveries {
+		if k.queue == retryQueue {
+			retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
+		}
+	}
+	s.mu.Unlock()
+	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
+		for _, p := range retries {
+			batch.DeleteParked(p)
+		}
+		batch.DeleteSubscription(s.rec)
+	}})
+	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	delete(s.topic.subs, group)
+	delete(b.subsByID, s.rec.ID)
 	b.mu.Unlock()
 	s.markDeleted()
 	b.log.Info("subscription deleted", "topic", topicName, "group", group)
@@ -435,7 +462,7 @@ func (s *subscription) info() SubscriptionInfo {
 	}
 	inflight := make([]int64, len(s.queues))
 	for _, d := range s.deliveries {
-		if d.leased && int(d.queue) < len(inflight) {
+		if d.leased && !d.isRetry() && int(d.queue) < len(inflight) {
 			inflight[d.queue]++
 		}
 	}
@@ -459,6 +486,12 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Lag += lag
 		info.Inflight += inflight[i]
 	}
+	for _, d := range s.deliveries {
+		if d.isRetry() && d.leased {
+			info.Inflight++
+		}
+	}
+	info.Retrying, info.DLQ = s.nRetry, s.nDead
 	ids := make([]string, 0, len(s.consumers))
 	for id := range s.consumers {
 		ids = append(ids, id)

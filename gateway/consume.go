@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -160,4 +161,139 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request, body []byte) error 
 		Acked  int            `json:"acked"`
 		Failed []failedHandle `json:"failed"`
 	}{n, failedOut(failed)})
+}
+
+func (s *Server) nack(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req handlesRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	delay := time.Duration(-1)
+	if req.DelaySeconds != nil {
+		if *req.DelaySeconds < 0 || *req.DelaySeconds > core.MaxInvisibleSeconds {
+			return badRequest("/delaySeconds", "delaySeconds must be between 0 and %d", core.MaxInvisibleSeconds)
+		}
+		delay = time.Duration(*req.DelaySeconds) * time.Second
+	}
+	n, failed, err := s.b.Nack(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles, delay, req.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Nacked int            `json:"nacked"`
+		Failed []failedHandle `json:"failed"`
+	}{n, failedOut(failed)})
+}
+
+func (s *Server) extend(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req handlesRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	n, failed, err := s.b.Extend(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles,
+		time.Duration(req.InvisibleSeconds)*time.Second)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Extended int            `json:"extended"`
+		Failed   []failedHandle `json:"failed"`
+	}{n, failedOut(failed)})
+}
+
+func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req handlesRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	n, failed, err := s.b.DeadLetter(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles, req.Reason)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		DeadLettered int            `json:"deadLettered"`
+		Failed       []failedHandle `json:"failed"`
+	}{n, failedOut(failed)})
+}
+
+type deadMessageJSON struct {
+	messageJSON
+	Reason string `json:"reason"`
+	DeadAt Time   `json:"deadAt"`
+}
+
+func (s *Server) listDeadLetters(w http.ResponseWriter, r *http.Request, _ []byte) error {
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return badRequest("/limit", "limit must be a whole number")
+		}
+		limit = n
+	}
+	var after core.DLQCursor
+	if c := r.URL.Query().Get("cursor"); c != "" {
+		var ok bool
+		if after, ok = parseDLQCursor(c); !ok {
+			return badRequest("/cursor", "cursor is not one this server gave out")
+		}
+	}
+	dead, next, err := s.b.ListDead(chi.URLParam(r, "topic"), chi.URLParam(r, "group"), limit, after)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Messages []deadMessageJSON `json:"messages"`
+		Next     *string           `json:"next"`
+	}{Messages: make([]deadMessageJSON, len(dead))}
+	for i, d := range dead {
+		m := messageOut(d.Topic, d.Message)
+		m.DeliveryAttempt = d.Attempt
+		out.Messages[i] = deadMessageJSON{messageJSON: m, Reason: d.Reason, DeadAt: Time(d.DeadAt)}
+	}
+	if next != nil {
+		c := strconv.FormatInt(next.DeadAtMs, 36) + "." + strconv.FormatUint(next.ID, 36)
+		out.Next = &c
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func parseDLQCursor(c string) (core.DLQCursor, bool) {
+	ms, id, ok := strings.Cut(c, ".")
+	if !ok {
+		return core.DLQCursor{}, false
+	}
+	a, err1 := strconv.ParseInt(ms, 36, 64)
+	b, err2 := strconv.ParseUint(id, 36, 64)
+	return core.DLQCursor{DeadAtMs: a, ID: b}, err1 == nil && err2 == nil && a >= 0
+}
+
+type redriveRequest struct {
+	MessageIDs []string   `json:"messageIds"`
+	Tag        string     `json:"tag"`
+	From       *time.Time `json:"from"`
+	To         *time.Time `json:"to"`
+	DryRun     bool       `json:"dryRun"`
+}
+
+func (s *Server) redrive(w http.ResponseWriter, r *http.Request, body []byte) error {
+	var req redriveRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return err
+	}
+	f := core.RedriveFilter{MessageIDs: req.MessageIDs, Tag: req.Tag, DryRun: req.DryRun}
+	if req.From != nil {
+		f.From = *req.From
+	}
+	if req.To != nil {
+		f.To = *req.To
+	}
+	n, err := s.b.Redrive(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), f)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, struct {
+		Redriven int  `json:"redriven"`
+		DryRun   bool `json:"dryRun"`
+	}{n, req.DryRun})
 }

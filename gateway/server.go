@@ -126,6 +126,11 @@ func (s *Server) routes() *chi.Mux {
 	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(s.deleteSubscription))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(s.pull))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(s.ack))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(s.nack))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(s.extend))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(s.deadLetter))
+	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(s.listDeadLetters))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(s.redrive))
 	return m
 }
 

@@ -64,7 +64,7 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 func (b *batch) PutSubscription(s *core.SubscriptionRecord) { b.setJSON(subKey(s.ID), s) }
 
 func (b *batch) DeleteSubscription(s *core.SubscriptionRecord) {
-	for _, p := range []byte{prefixWatermark, prefixAck} {
+	for _, p := range []byte{prefixWatermark, prefixAck, prefixDead} {
 		lo, hi := prefixRange(id32Prefix(p, s.ID))
 		_ = b.b.DeleteRange(lo, hi, nil)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -139,6 +140,9 @@ func (s *Store) Load() (*core.Snapshot, error) {
 			return err
 		}
 		if err := s.loadAcks(snap); err != nil {
+			return err
+		}
+		if err := s.loadParked(snap); err != nil {
 			return err
 		}
 		return s.loadNextSeq(snap)
@@ -362,3 +366,5 @@ func (s *Store) OffsetAtTime(topicID, queueID uint32, timeMs int64) (uint64, boo
 	}
 	return off, ok, nil
 }
+
+func msToTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

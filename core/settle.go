@@ -1,0 +1,374 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+type settleKind int
+
+const (
+	settleAck settleKind = iota
+	settleNack
+	settleDead
+)
+
+// MaxReasonLen caps a nack or dead-letter reason.
+const MaxReasonLen = 1024
+
+// Ack settles messages as consumed. It answers per handle; the whole call
+// fails only when the subscription does not exist or the store fails.
+func (b *Broker) Ack(ctx context.Context, topicName, group string, handles []string) (int, []HandleResult, error) {
+	return b.settle(ctx, topicName, group, handles, settleAck, "", -1)
+}
+
+// Nack hands messages back for delivery after delay, or after the
+// subscription's next retry delay when delay < 0. A message whose last
+// allowed delivery failed goes to the DLQ instead.
+func (b *Broker) Nack(ctx context.Context, topicName, group string, handles []string, delay time.Duration, reason string) (int, []HandleResult, error) {
+	if len(reason) > MaxReasonLen {
+		return 0, nil, invalid("/reason", "at most %d bytes", MaxReasonLen)
+	}
+	return b.settle(ctx, topicName, group, handles, settleNack, reason, delay)
+}
+
+// DeadLetter moves messages to the DLQ at once.
+func (b *Broker) DeadLetter(ctx context.Context, topicName, group string, handles []string, reason string) (int, []HandleResult, error) {
+	if len(reason) > MaxReasonLen {
+		return 0, nil, invalid("/reason", "at most %d bytes", MaxReasonLen)
+	}
+	return b.settle(ctx, topicName, group, handles, settleDead, reason, -1)
+}
+
+func (b *Broker) settle(ctx context.Context, topicName, group string, handles []string, kind settleKind, reason string, delay time.Duration) (int, []HandleResult, error) {
+	if len(handles) == 0 || len(handles) > MaxMaxMessages {
+		return 0, nil, invalid("/receiptHandles", "must hold 1-%d handles", MaxMaxMessages)
+	}
+	s, err := b.subscription(topicName, group)
+	if err != nil {
+		return 0, nil, err
+	}
+	b.mu.RLock()
+	queues := s.topic.queues
+	b.mu.RUnlock()
+	nowMs := b.now().UnixMilli()
+	var failed []HandleResult
+	n := 0
+	s.mu.Lock()
+	var ds []*delivery
+	preRestart := map[uint32][]uint64{}
+	for _, h := range handles {
+		d, err := s.lookupLocked(queues, h)
+		switch {
+		case errors.Is(err, errAlreadyDone) && kind == settleAck:
+			n++
+		case errors.Is(err, errPreRestart) && kind == settleAck:
+			preRestart[d.queue] = append(preRestart[d.queue], d.offset)
+			n++
+		case errors.Is(err, errAlreadyDone), errors.Is(err, errPreRestart):
+			// Only an ack can settle what this run no longer tracks.
+			failed = append(failed, HandleResult{ReceiptHandle: h, Err: ErrReceiptExpired})
+		case err != nil:
+			failed = append(failed, HandleResult{ReceiptHandle: h, Err: err})
+		default:
+			ds = append(ds, d)
+			n++
+		}
+	}
+	req, err := s.settleLockedWith(ds, kind, reason, delay, nowMs, preRestart)
+	s.mu.Unlock()
+	if err != nil {
+		return 0, nil, err
+	}
+	if req != nil {
+		if err := <-req.done; err != nil {
+			return 0, nil, err
+		}
+	}
+	if kind == settleNack {
+		b.timers.poke()
+	}
+	return n, failed, nil
+}
+
+func (s *subscription) settleLocked(ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64) (*request, error) {
+	return s.settleLockedWith(ds, kind, reason, delay, nowMs, nil)
+}
+
+// settleLockedWith applies the outcome of deliveries in memory and queues
+// the matching writes to the appender while the lock is still held, so the
+// writes of one subscription reach the store in the order they were decided.
+// The caller waits on the returned request (if any) after unlocking.
+func (s *subscription) settleLockedWith(ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64, touched map[uint32][]uint64) (*request, error) {
+	b := s.b
+	if touched == nil {
+		touched = map[uint32][]uint64{}
+	}
+	var writes []func(Batch)
+	subID, topicID := s.rec.ID, s.rec.TopicID
+	for _, d := range ds {
+		outcome := kind
+		if outcome == settleNack && d.attempt >= s.rec.MaxRetries+1 {
+			outcome = settleDead
+		}
+		var msg *Message
+		var parked *Parked
+		if outcome != settleAck {
+			var err error
+			msg, parked, err = s.readForSettle(d)
+			if errors.Is(err, ErrMessageNotFound) {
+				// Retention removed it: nothing left to retry.
+				outcome = settleAck
+			} else if err != nil {
+				return nil, err
+			}
+		}
+		switch outcome {
+		case settleAck:
+			s.doneLocked(d)
+			if d.isRetry() {
+				p := &Parked{ID: d.offset, Kind: ParkedRetry}
+				writes = append(writes, func(b Batch) { b.DeleteParked(p) })
+			} else {
+				touched[d.queue] = append(touched[d.queue], d.offset)
+			}
+		case settleDead:
+			dead := &Dead{ID: b.ids.Add(1), SubID: subID, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
+			s.doneLocked(d)
+			s.nDead++
+			writes = append(writes, func(b Batch) { b.PutDead(dead) })
+			if parked != nil {
+				writes = append(writes, func(b Batch) { b.DeleteParked(parked) })
+			} else {
+				touched[d.queue] = append(touched[d.queue], d.offset)
+			}
+		case settleNack:
+			wait := delay
+			if wait < 0 {
+				wait = retryDelay(s.rec.RetryDelays, d.attempt)
+			}
+			due := nowMs + wait.Milliseconds()
+			if parked == nil {
+				// First failure: the message leaves its queue (the offset is
+				// acked) and lives on as a parked retry of this subscription.
+				parked = &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: subID, TopicID: topicID, Msg: msg}
+				s.doneLocked(d)
+				touched[d.queue] = append(touched[d.queue], d.offset)
+				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, heapIndex: -1}
+				s.deliveries[dkey{retryQueue, parked.ID}] = nd
+				s.nRetry++
+				d = nd
+			} else if d.leased {
+				heapRemove(&s.leases, d)
+			}
+			d.ready, d.dueMs = false, due
+			parked.DueMs, parked.Attempt, parked.Reason = due, d.attempt, reason
+			p := parked
+			writes = append(writes, func(b Batch) {
+				b.PutParked(p)
+				b.PutTimer(p.DueMs, p.ID, ParkedRetry)
+			})
+			b.timers.wantAt(due)
+		}
+	}
+	writes = s.ackWritesLocked(writes, touched)
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
+	select {
+	case b.requests <- req:
+		return req, nil
+	case <-b.closing:
+		return nil, ErrClosed
+	}
+}
+
+// readForSettle reads the full message of a delivery (and its parked record
+// for a retry), needed to park it again or to dead-letter it.
+func (s *subscription) readForSettle(d *delivery) (*Message, *Parked, error) {
+	if d.isRetry() {
+		p, err := s.b.store.ReadParked(ParkedRetry, d.offset)
+		if err != nil {
+			return nil, nil, err
+		}
+		return p.Msg, p, nil
+	}
+	m, err := s.b.store.ReadMessage(d.seq)
+	return m, nil, err
+}
+
+// retryDelay is the delay after the attempt-th failed delivery; the last
+// step of the schedule repeats.
+func retryDelay(delays []time.Duration, attempt int) time.Duration {
+	if len(delays) == 0 {
+		delays = DefaultRetryDelays
+	}
+	i := min(max(attempt-1, 0), len(delays)-1)
+	return delays[i]
+}
+
+// Extend keeps leased messages invisible for another invisible, counted
+// from now. A handle whose lease ran out but whose message was not handed
+// out again is leased anew.
+func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []string, invisible time.Duration) (int, []HandleResult, error) {
+	if len(handles) == 0 || len(handles) > MaxMaxMessages {
+		return 0, nil, invalid("/receiptHandles", "must hold 1-%d handles", MaxMaxMessages)
+	}
+	if invisible < time.Second || invisible > MaxInvisibleSeconds*time.Second {
+		return 0, nil, invalid("/invisibleSeconds", "must be between 1 and %d", MaxInvisibleSeconds)
+	}
+	s, err := b.subscription(topicName, group)
+	if err != nil {
+		return 0, nil, err
+	}
+	b.mu.RLock()
+	queues := s.topic.queues
+	b.mu.RUnlock()
+	deadline := b.now().Add(invisible).UnixMilli()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	var failed []HandleResult
+	for _, h := range handles {
+		d, err := s.lookupLocked(queues, h)
+		if errors.Is(err, errAlreadyDone) || errors.Is(err, errPreRestart) {
+			err = ErrReceiptExpired
+		}
+		if err == nil && !d.leased && !d.ready {
+			err = ErrReceiptExpired // parked for a retry meanwhile
+		}
+		if err != nil {
+			failed = append(failed, HandleResult{ReceiptHandle: h, Err: err})
+			continue
+		}
+		d.deadline = deadline
+		if d.leased {
+			heapFix(&s.leases, d)
+		} else {
+			d.ready, d.leased = false, true
+			heapPush(&s.leases, d)
+		}
+		n++
+	}
+	return n, failed, nil
+}
+
+// DeadMessage is one message of a DLQ.
+type DeadMessage struct {
+	Message  *Message
+	Topic    string
+	Attempt  int
+	Reason   string
+	DeadAt   time.Time
+	cursorMs int64
+	cursorID uint64
+}
+
+// DLQCursor continues a DLQ listing after the last entry of a page.
+type DLQCursor struct {
+	DeadAtMs int64
+	ID       uint64
+}
+
+// ListDead lists a subscription's DLQ, oldest first, limit per page.
+func (b *Broker) ListDead(topicName, group string, limit int, after DLQCursor) ([]DeadMessage, *DLQCursor, error) {
+	if limit < 1 || limit > MaxMaxMessages {
+		return nil, nil, invalid("/limit", "must be between 1 and %d", MaxMaxMessages)
+	}
+	s, err := b.subscription(topicName, group)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []DeadMessage
+	var next *DLQCursor
+	err = b.store.ScanDead(s.rec.ID, 0, maxTimeMs, after.DeadAtMs, after.ID, func(d *Dead) bool {
+		if len(out) == limit {
+			last := out[len(out)-1]
+			next = &DLQCursor{DeadAtMs: last.cursorMs, ID: last.cursorID}
+			return false
+		}
+		out = append(out, DeadMessage{Message: d.Msg, Topic: topicName, Attempt: d.Attempt, Reason: d.Reason,
+			DeadAt: time.UnixMilli(d.DeadAtMs).UTC(), cursorMs: d.DeadAtMs, cursorID: d.ID})
+		return true
+	})
+	return out, next, err
+}
+
+const maxTimeMs = int64(1) << 62
+
+// RedriveFilter chooses dead messages: by ids, or by tag and deadAt range;
+// the zero value chooses all.
+type RedriveFilter struct {
+	MessageIDs []string
+	Tag        string
+	From, To   time.Time
+	DryRun     bool
+}
+
+// Redrive puts dead messages back for delivery with fresh retries. With
+// DryRun it only counts them.
+func (b *Broker) Redrive(ctx context.Context, topicName, group string, f RedriveFilter) (int, error) {
+	s, err := b.subscription(topicName, group)
+	if err != nil {
+		return 0, err
+	}
+	ids := map[string]bool{}
+	for _, id := range f.MessageIDs {
+		ids[id] = true
+	}
+	fromMs, toMs := int64(0), maxTimeMs
+	if !f.From.IsZero() {
+		fromMs = f.From.UnixMilli()
+	}
+	if !f.To.IsZero() {
+		toMs = f.To.UnixMilli()
+	}
+	var chosen []*Dead
+	err = b.store.ScanDead(s.rec.ID, fromMs, toMs, 0, 0, func(d *Dead) bool {
+		if len(ids) > 0 && !ids[d.Msg.ID] || f.Tag != "" && d.Msg.Tag != f.Tag {
+			return true
+		}
+		chosen = append(chosen, d)
+		return true
+	})
+	if err != nil || f.DryRun || len(chosen) == 0 {
+		return len(chosen), err
+	}
+	nowMs := b.now().UnixMilli()
+	s.mu.Lock()
+	if s.deleted {
+		s.mu.Unlock()
+		return 0, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, group)
+	}
+	writes := make([]func(Batch), 0, len(chosen))
+	for _, d := range chosen {
+		p := &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: s.rec.ID, TopicID: s.rec.TopicID, DueMs: nowMs, Msg: d.Msg, Reason: d.Reason}
+		dead := d
+		writes = append(writes, func(b Batch) {
+			b.DeleteDead(dead)
+			b.PutParked(p)
+		})
+		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs}
+		s.deliveries[dkey{retryQueue, p.ID}] = nd
+		s.released = append(s.released, nd)
+		s.nRetry++
+		s.nDead--
+	}
+	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
+	select {
+	case b.requests <- req:
+	case <-b.closing:
+		s.mu.Unlock()
+		return 0, ErrClosed
+	}
+	s.mu.Unlock()
+	if err := <-req.done; err != nil {
+		return 0, err
+	}
+	s.wake()
+	b.log.Info("dead messages redriven", "topic", topicName, "group", group, "count", len(chosen))
+	return len(chosen), nil
+}

@@ -1,0 +1,293 @@
+package pebblestore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+const (
+	prefixRetry   = 'R' // R id → parked retry
+	prefixDelayed = 'P' // P id → parked delayed send
+	prefixTimer   = 'D' // D dueMs id → kind
+	prefixDead    = 'X' // X subID deadAtMs id → dead message
+	prefixDedup   = 'U' // U topicID key → remembered send result
+)
+
+func parkedKey(kind byte, id uint64) []byte {
+	p := byte(prefixDelayed)
+	if kind == core.ParkedRetry {
+		p = prefixRetry
+	}
+	return be.AppendUint64([]byte{p}, id)
+}
+
+func timerKey(dueMs int64, id uint64) []byte {
+	k := be.AppendUint64([]byte{prefixTimer}, uint64(max(dueMs, 0)))
+	return be.AppendUint64(k, id)
+}
+
+func deadKey(subID uint32, deadAtMs int64, id uint64) []byte {
+	k := be.AppendUint32([]byte{prefixDead}, subID)
+	k = be.AppendUint64(k, uint64(max(deadAtMs, 0)))
+	return be.AppendUint64(k, id)
+}
+
+func dedupKey(topicID uint32, key string) []byte {
+	k := be.AppendUint32([]byte{prefixDedup}, topicID)
+	return append(k, key...)
+}
+
+// Parked: kind u8 | subID u32 | topicID u32 | dueMs u64 | attempt u32 | reason | record
+func encodeParked(p *core.Parked) []byte {
+	b := make([]byte, 0, 64+len(p.Msg.Body))
+	b = append(b, p.Kind)
+	b = be.AppendUint32(b, p.SubID)
+	b = be.AppendUint32(b, p.TopicID)
+	b = be.AppendUint64(b, uint64(p.DueMs))
+	b = be.AppendUint32(b, uint32(p.Attempt))
+	b = appendString(b, p.Reason)
+	return encodeRecord(b, p.Msg)
+}
+
+func decodeParked(id uint64, b []byte, withBody bool) (*core.Parked, error) {
+	if len(b) < 21 {
+		return nil, errCorrupt
+	}
+	p := &core.Parked{ID: id, Kind: b[0], SubID: be.Uint32(b[1:]), TopicID: be.Uint32(b[5:]),
+		DueMs: int64(be.Uint64(b[9:])), Attempt: int(be.Uint32(b[17:]))}
+	r := recordReader{b: b[21:]}
+	p.Reason = r.string()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if withBody {
+		m, err := decodeRecord(r.b, 0)
+		if err != nil {
+			return nil, err
+		}
+		p.Msg = m
+	}
+	return p, nil
+}
+
+// Dead: attempt u32 | reason | record (subID, deadAt and id are in the key)
+func encodeDead(d *core.Dead) []byte {
+	b := make([]byte, 0, 64+len(d.Msg.Body))
+	b = be.AppendUint32(b, uint32(d.Attempt))
+	b = appendString(b, d.Reason)
+	return encodeRecord(b, d.Msg)
+}
+
+func decodeDead(k, v []byte) (*core.Dead, error) {
+	if len(k) != 21 || len(v) < 4 {
+		return nil, errCorrupt
+	}
+	d := &core.Dead{SubID: be.Uint32(k[1:]), DeadAtMs: int64(be.Uint64(k[5:])), ID: be.Uint64(k[13:]), Attempt: int(be.Uint32(v))}
+	r := recordReader{b: v[4:]}
+	d.Reason = r.string()
+	if r.err != nil {
+		return nil, r.err
+	}
+	m, err := decodeRecord(r.b, 0)
+	if err != nil {
+		return nil, err
+	}
+	d.Msg = m
+	return d, nil
+}
+
+// Dedup: storedMs u64 | queueID u32 | offset u64 | storedAtMs u64 | delayed u8 | messageId
+func encodeDedup(r *core.DedupRecord) []byte {
+	b := make([]byte, 0, 64)
+	b = be.AppendUint64(b, uint64(r.StoredMs))
+	b = be.AppendUint32(b, uint32(r.Result.QueueID))
+	b = be.AppendUint64(b, r.Result.Offset)
+	b = be.AppendUint64(b, uint64(r.Result.StoredAt.UnixMilli()))
+	delayed := byte(0)
+	if r.Result.Delayed {
+		delayed = 1
+	}
+	b = append(b, delayed)
+	return append(b, r.Result.MessageID...)
+}
+
+func decodeDedup(k, v []byte) (*core.DedupRecord, error) {
+	if len(k) < 5 || len(v) < 29 {
+		return nil, errCorrupt
+	}
+	r := &core.DedupRecord{TopicID: be.Uint32(k[1:]), Key: string(k[5:]), StoredMs: int64(be.Uint64(v))}
+	r.Result.QueueID = int(be.Uint32(v[8:]))
+	r.Result.Offset = be.Uint64(v[12:])
+	r.Result.StoredAt = msToTime(int64(be.Uint64(v[20:])))
+	r.Result.Delayed = v[28] == 1
+	r.Result.MessageID = string(v[29:])
+	return r, nil
+}
+
+func (b *batch) PutParked(p *core.Parked) {
+	_ = b.b.Set(parkedKey(p.Kind, p.ID), encodeParked(p), nil)
+}
+
+func (b *batch) DeleteParked(p *core.Parked) { _ = b.b.Delete(parkedKey(p.Kind, p.ID), nil) }
+
+func (b *batch) PutTimer(dueMs int64, id uint64, kind byte) {
+	_ = b.b.Set(timerKey(dueMs, id), []byte{kind}, nil)
+}
+
+func (b *batch) DeleteTimersBefore(dueMs int64) {
+	_ = b.b.DeleteRange([]byte{prefixTimer}, timerKey(dueMs, 0), nil)
+}
+
+func (b *batch) PutDead(d *core.Dead) {
+	_ = b.b.Set(deadKey(d.SubID, d.DeadAtMs, d.ID), encodeDead(d), nil)
+}
+
+func (b *batch) DeleteDead(d *core.Dead) { _ = b.b.Delete(deadKey(d.SubID, d.DeadAtMs, d.ID), nil) }
+
+func (b *batch) PutDedup(r *core.DedupRecord) {
+	_ = b.b.Set(dedupKey(r.TopicID, r.Key), encodeDedup(r), nil)
+}
+
+func (b *batch) DeleteDedup(topicID uint32, key string) { _ = b.b.Delete(dedupKey(topicID, key), nil) }
+
+func (b *batch) CutQueue(topicID, queueID uint32, offset uint64, timeMs int64) {
+	_ = b.b.DeleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset), nil)
+	_ = b.b.DeleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0), nil)
+}
+
+func (b *batch) CutLog(seq uint64) {
+	_ = b.b.DeleteRange(logKey(nil, 0), logKey(nil, seq), nil)
+}
+
+func (s *Store) ReadParked(kind byte, id uint64) (*core.Parked, error) {
+	var p *core.Parked
+	err := s.read(func() error {
+		v, closer, err := s.db.Get(parkedKey(kind, id))
+		if errors.Is(err, pebble.ErrNotFound) {
+			return core.ErrMessageNotFound
+		}
+		if err != nil {
+			return err
+		}
+		defer closer.Close()
+		p, err = decodeParked(id, v, true)
+		return err
+	})
+	if err != nil && !errors.Is(err, core.ErrMessageNotFound) {
+		return nil, fmt.Errorf("pebblestore: read parked %d: %w", id, err)
+	}
+	return p, err
+}
+
+func (s *Store) ScanTimers(fromMs, toMs int64, fn func(int64, uint64, byte) bool) error {
+	if toMs < fromMs {
+		return nil
+	}
+	return s.read(func() error {
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: timerKey(fromMs, 0), UpperBound: timerKey(toMs+1, 0)})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			k, v := it.Key(), it.Value()
+			if len(k) != 17 || len(v) != 1 {
+				return fmt.Errorf("pebblestore: timer %x: %w", k, errCorrupt)
+			}
+			if !fn(int64(be.Uint64(k[1:])), be.Uint64(k[9:]), v[0]) {
+				break
+			}
+		}
+		return it.Error()
+	})
+}
+
+func (s *Store) ScanDead(subID uint32, fromMs, toMs, afterMs int64, afterID uint64, fn func(*core.Dead) bool) error {
+	return s.read(func() error {
+		lo := deadKey(subID, fromMs, 0)
+		if after := deadKey(subID, afterMs, afterID+1); afterMs > 0 && string(after) > string(lo) {
+			lo = after
+		}
+		hi := deadKey(subID, toMs+1, 0)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			d, err := decodeDead(it.Key(), it.Value())
+			if err != nil {
+				return fmt.Errorf("pebblestore: dead %x: %w", it.Key(), err)
+			}
+			if !fn(d) {
+				break
+			}
+		}
+		return it.Error()
+	})
+}
+
+// loadParked reads retry records (without bodies), the first timer, DLQ
+// sizes and remembered sends.
+func (s *Store) loadParked(snap *core.Snapshot) error {
+	snap.DeadCounts = map[uint32]int64{}
+	lo, hi := prefixRange([]byte{prefixRetry})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if len(it.Key()) != 9 {
+			it.Close()
+			return errCorrupt
+		}
+		p, err := decodeParked(be.Uint64(it.Key()[1:]), it.Value(), false)
+		if err != nil {
+			it.Close()
+			return err
+		}
+		snap.Retries = append(snap.Retries, p)
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	lo, hi = prefixRange([]byte{prefixTimer})
+	if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+		return err
+	}
+	if it.First() && len(it.Key()) == 17 {
+		snap.FirstTimerMs = int64(be.Uint64(it.Key()[1:]))
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	lo, hi = prefixRange([]byte{prefixDead})
+	if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if len(it.Key()) == 21 {
+			snap.DeadCounts[be.Uint32(it.Key()[1:])]++
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	lo, hi = prefixRange([]byte{prefixDedup})
+	if it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		r, err := decodeDedup(it.Key(), it.Value())
+		if err != nil {
+			it.Close()
+			return err
+		}
+		snap.Dedup = append(snap.Dedup, r)
+	}
+	return errors.Join(it.Error(), it.Close())
+}
