@@ -40,6 +40,9 @@ type Options struct {
 	MaxLeasesPerQueue int
 	// MaxCommitBytes caps one appender batch (default 8 MiB).
 	MaxCommitBytes int
+	// ConsumerExpiry is how long a consumer that stopped pulling stays in
+	// subscription stats (default 2 minutes).
+	ConsumerExpiry time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -57,6 +60,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MaxCommitBytes <= 0 {
 		o.MaxCommitBytes = 8 << 20
+	}
+	if o.ConsumerExpiry <= 0 {
+		o.ConsumerExpiry = 2 * time.Minute
 	}
 }
 
@@ -186,28 +192,44 @@ func New(store Store, opts Options) (*Broker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("core: load subscription %s: %w", rec.Group, err)
 		}
-		s.restore(snap.Acks[rec.ID])
+		if s.main != nil {
+			s.main.restore(len(t.queues), snap.Acks[rec.ID])
+		}
 		s.nDead = snap.DeadCounts[rec.ID]
 		t.subs[rec.Group] = s
 		b.subsByID[rec.ID] = s
 		b.lastSub = max(b.lastSub, rec.ID)
 	}
+	for _, m := range snap.Members {
+		s := b.subsByID[m.SubID]
+		if s == nil || s.rec.Mode != ModeBroadcast {
+			continue
+		}
+		c := newCursor(m.CursorID, m.ConsumerID)
+		c.restore(len(s.topic.queues), snap.Acks[m.CursorID])
+		s.members[m.ConsumerID] = c
+		s.byID[c.id] = c
+		b.subsByID[c.id] = s
+		b.lastSub = max(b.lastSub, c.id)
+	}
 	nowMs := b.now().UnixMilli()
 	for _, p := range snap.Retries {
 		s := b.subsByID[p.SubID]
-		if s == nil {
+		if s == nil || s.byID[p.SubID] == nil {
 			continue
 		}
+		c := s.byID[p.SubID]
 		// A retry already due was made ready before the restart, or is
 		// about to be: either way it is ready now. A later one waits for
 		// its timer, which is still in the index.
-		d := &delivery{queue: retryQueue, offset: p.ID, attempt: p.Attempt, dueMs: p.DueMs, heapIndex: -1}
+		d := &delivery{queue: retryQueue, offset: p.ID, attempt: p.Attempt, dueMs: p.DueMs, heapIndex: -1,
+			origQueue: p.Msg.QueueID, origOffset: p.Msg.Offset}
 		if p.DueMs <= nowMs {
 			d.ready = true
-			s.released = append(s.released, d)
+			c.released = append(c.released, d)
 		}
-		s.deliveries[dkey{retryQueue, p.ID}] = d
-		s.nRetry++
+		c.deliveries[dkey{retryQueue, p.ID}] = d
+		c.nRetry++
 	}
 	b.restoreDedup(snap.Dedup, nowMs)
 	b.wg.Go(b.appendLoop)
@@ -452,23 +474,18 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 		subs = append(subs, s)
 	}
 	b.mu.RUnlock()
-	var retries []*Parked
-	for _, s := range subs {
-		s.mu.Lock()
-		for k := range s.deliveries {
-			if k.queue == retryQueue {
-				retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
-			}
-		}
-		s.mu.Unlock()
+	type subWrites struct {
+		retries   []*Parked
+		cursorIDs []uint32
+	}
+	perSub := make([]subWrites, len(subs))
+	for i, s := range subs {
+		perSub[i].retries, perSub[i].cursorIDs = s.retriesOf()
 	}
 	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
 		t.deleted.Store(true)
-		for _, p := range retries {
-			batch.DeleteParked(p)
-		}
-		for _, s := range subs {
-			batch.DeleteSubscription(s.rec)
+		for i, s := range subs {
+			deleteSubscriptionWrites(batch, s, perSub[i].retries, perSub[i].cursorIDs)
 		}
 		batch.DeleteTopic(rec)
 	}})
@@ -478,8 +495,11 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	b.mu.Lock()
 	delete(b.topics, name)
 	delete(b.topicsByID, rec.ID)
-	for _, s := range subs {
+	for i, s := range subs {
 		delete(b.subsByID, s.rec.ID)
+		for _, id := range perSub[i].cursorIDs {
+			delete(b.subsByID, id)
+		}
 	}
 	b.mu.Unlock()
 	for _, s := range subs {

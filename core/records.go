@@ -71,3 +71,24 @@ func TagHash(tag string) uint32 {
 	}
 	return 1
 }
+
+// ShardingHash is the 32-bit FNV-1a of a sharding key, 0 for none: it picks
+// the queue of a keyed message and keeps orderly delivery per key.
+func ShardingHash(key string) uint32 {
+	if key == "" {
+		return 0
+	}
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	if s := h.Sum32(); s != 0 {
+		return s
+	}
+	return 1
+}
+
+// IndexHash is the 64-bit FNV-1a used by the secondary index.
+func IndexHash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}

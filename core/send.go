@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -91,9 +90,7 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 		m.ID = nuid.Next()
 		m.TopicID = topicID
 		if m.ShardingKey != "" {
-			h := fnv.New32a()
-			h.Write([]byte(m.ShardingKey))
-			m.QueueID = h.Sum32() % nq
+			m.QueueID = ShardingHash(m.ShardingKey) % nq
 		} else {
 			m.QueueID = t.rr.Add(1) % nq
 		}

@@ -57,15 +57,19 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 	var failed []HandleResult
 	n := 0
 	s.mu.Lock()
-	var ds []*delivery
-	preRestart := map[uint32][]uint64{}
+	byCursor := map[*cursor][]*delivery{}
+	preRestart := map[*cursor]map[uint32][]uint64{}
 	for _, h := range handles {
-		d, err := s.lookupLocked(queues, h)
+		c, d, err := s.lookupLocked(queues, h)
 		switch {
 		case errors.Is(err, errAlreadyDone) && kind == settleAck:
 			n++
 		case errors.Is(err, errPreRestart) && kind == settleAck:
-			preRestart[d.queue] = append(preRestart[d.queue], d.offset)
+			c.queues[d.queue].preAcked[d.offset] = true
+			if preRestart[c] == nil {
+				preRestart[c] = map[uint32][]uint64{}
+			}
+			preRestart[c][d.queue] = append(preRestart[c][d.queue], d.offset)
 			n++
 		case errors.Is(err, errAlreadyDone), errors.Is(err, errPreRestart):
 			// Only an ack can settle what this run no longer tracks.
@@ -73,16 +77,33 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 		case err != nil:
 			failed = append(failed, HandleResult{ReceiptHandle: h, Err: err})
 		default:
-			ds = append(ds, d)
+			byCursor[c] = append(byCursor[c], d)
 			n++
 		}
 	}
-	req, err := s.settleLockedWith(ds, kind, reason, delay, nowMs, preRestart)
-	s.mu.Unlock()
-	if err != nil {
-		return 0, nil, err
+	var reqs []*request
+	for c, ds := range byCursor {
+		var extra []func(Batch)
+		if touched := preRestart[c]; touched != nil {
+			extra = c.ackWrites(nil, touched)
+			delete(preRestart, c)
+		}
+		req, err := s.settleLocked(c, ds, kind, reason, delay, nowMs, extra)
+		if err != nil {
+			s.mu.Unlock()
+			return 0, nil, err
+		}
+		if req != nil {
+			reqs = append(reqs, req)
+		}
 	}
-	if req != nil {
+	for c, touched := range preRestart {
+		if req := s.queueWritesLocked(c.ackWrites(nil, touched)); req != nil {
+			reqs = append(reqs, req)
+		}
+	}
+	s.mu.Unlock()
+	for _, req := range reqs {
 		if err := <-req.done; err != nil {
 			return 0, nil, err
 		}
@@ -93,41 +114,71 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 	return n, failed, nil
 }
 
-func (s *subscription) settleLocked(ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64) (*request, error) {
-	return s.settleLockedWith(ds, kind, reason, delay, nowMs, nil)
+// queueWritesLocked hands writes to the appender while the subscription
+// lock is held, so the writes of one subscription reach the store in the
+// order they were decided. The caller waits on the request after unlocking.
+func (s *subscription) queueWritesLocked(writes []func(Batch)) *request {
+	if len(writes) == 0 {
+		return nil
+	}
+	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
+	select {
+	case s.b.requests <- req:
+		return req
+	case <-s.b.closing:
+		req.done <- ErrClosed
+		return req
+	}
 }
 
-// settleLockedWith applies the outcome of deliveries in memory and queues
-// the matching writes to the appender while the lock is still held, so the
-// writes of one subscription reach the store in the order they were decided.
-// The caller waits on the returned request (if any) after unlocking.
-func (s *subscription) settleLockedWith(ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64, touched map[uint32][]uint64) (*request, error) {
-	b := s.b
-	if touched == nil {
-		touched = map[uint32][]uint64{}
+// history is the record of one finished delivery attempt.
+func (s *subscription) history(c *cursor, d *delivery, outcome byte, reason string, nowMs int64) *HistoryRecord {
+	return &HistoryRecord{
+		TopicID: s.rec.TopicID, QueueID: d.origQueue, Offset: d.origOffset, StateID: c.id,
+		Attempt: d.attempt, ConsumerID: d.consumer, DeliveredAtMs: d.leasedAtMs,
+		Outcome: outcome, Reason: reason, SettledAtMs: nowMs,
 	}
-	var writes []func(Batch)
+}
+
+// settleLocked applies the outcome of deliveries in memory and queues the
+// matching writes (with extra ones) to the appender.
+func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64, extra []func(Batch)) (*request, error) {
+	b := s.b
+	touched := map[uint32][]uint64{}
+	writes := extra
 	subID, topicID := s.rec.ID, s.rec.TopicID
 	for _, d := range ds {
 		outcome := kind
 		if outcome == settleNack && d.attempt >= s.rec.MaxRetries+1 {
 			outcome = settleDead
 		}
+		if d.leased {
+			var ho byte
+			switch outcome {
+			case settleAck:
+				ho = OutcomeAck
+			case settleNack:
+				ho = OutcomeNack
+			default:
+				ho = OutcomeDeadLetter
+			}
+			h := s.history(c, d, ho, reason, nowMs)
+			writes = append(writes, func(b Batch) { b.PutHistory(h) })
+		}
 		var msg *Message
 		var parked *Parked
-		if outcome != settleAck {
+		if outcome != settleAck && !(outcome == settleNack && s.rec.Orderly && !d.isRetry()) {
 			var err error
 			msg, parked, err = s.readForSettle(d)
 			if errors.Is(err, ErrMessageNotFound) {
-				// Retention removed it: nothing left to retry.
-				outcome = settleAck
+				outcome = settleAck // retention removed it: nothing left to retry
 			} else if err != nil {
 				return nil, err
 			}
 		}
 		switch outcome {
 		case settleAck:
-			s.doneLocked(d)
+			c.done(d)
 			if d.isRetry() {
 				p := &Parked{ID: d.offset, Kind: ParkedRetry}
 				writes = append(writes, func(b Batch) { b.DeleteParked(p) })
@@ -135,8 +186,8 @@ func (s *subscription) settleLockedWith(ds []*delivery, kind settleKind, reason 
 				touched[d.queue] = append(touched[d.queue], d.offset)
 			}
 		case settleDead:
-			dead := &Dead{ID: b.ids.Add(1), SubID: subID, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
-			s.doneLocked(d)
+			dead := &Dead{ID: b.ids.Add(1), SubID: subID, CursorID: c.id, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
+			c.done(d)
 			s.nDead++
 			writes = append(writes, func(b Batch) { b.PutDead(dead) })
 			if parked != nil {
@@ -150,18 +201,25 @@ func (s *subscription) settleLockedWith(ds []*delivery, kind settleKind, reason 
 				wait = retryDelay(s.rec.RetryDelays, d.attempt)
 			}
 			due := nowMs + wait.Milliseconds()
+			if s.rec.Orderly && !d.isRetry() {
+				// Orderly: the message keeps its place and suspends its
+				// key alone; other keys keep flowing.
+				c.suspend(d, due)
+				continue
+			}
 			if parked == nil {
 				// First failure: the message leaves its queue (the offset is
-				// acked) and lives on as a parked retry of this subscription.
-				parked = &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: subID, TopicID: topicID, Msg: msg}
-				s.doneLocked(d)
+				// acked) and lives on as a parked retry of this cursor.
+				parked = &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: c.id, TopicID: topicID, Msg: msg}
+				c.done(d)
 				touched[d.queue] = append(touched[d.queue], d.offset)
-				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, heapIndex: -1}
-				s.deliveries[dkey{retryQueue, parked.ID}] = nd
-				s.nRetry++
+				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
+					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1}
+				c.deliveries[dkey{retryQueue, parked.ID}] = nd
+				c.nRetry++
 				d = nd
 			} else if d.leased {
-				heapRemove(&s.leases, d)
+				heapRemove(&c.leases, d)
 			}
 			d.ready, d.dueMs = false, due
 			parked.DueMs, parked.Attempt, parked.Reason = due, d.attempt, reason
@@ -173,17 +231,7 @@ func (s *subscription) settleLockedWith(ds []*delivery, kind settleKind, reason 
 			b.timers.wantAt(due)
 		}
 	}
-	writes = s.ackWritesLocked(writes, touched)
-	if len(writes) == 0 {
-		return nil, nil
-	}
-	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
-	select {
-	case b.requests <- req:
-		return req, nil
-	case <-b.closing:
-		return nil, ErrClosed
-	}
+	return s.queueWritesLocked(c.ackWrites(writes, touched)), nil
 }
 
 // readForSettle reads the full message of a delivery (and its parked record
@@ -233,7 +281,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	n := 0
 	var failed []HandleResult
 	for _, h := range handles {
-		d, err := s.lookupLocked(queues, h)
+		c, d, err := s.lookupLocked(queues, h)
 		if errors.Is(err, errAlreadyDone) || errors.Is(err, errPreRestart) {
 			err = ErrReceiptExpired
 		}
@@ -246,10 +294,10 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 		}
 		d.deadline = deadline
 		if d.leased {
-			heapFix(&s.leases, d)
+			heapFix(&c.leases, d)
 		} else {
 			d.ready, d.leased = false, true
-			heapPush(&s.leases, d)
+			heapPush(&c.leases, d)
 		}
 		n++
 	}
@@ -258,16 +306,15 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 
 // DeadMessage is one message of a DLQ.
 type DeadMessage struct {
-	Message  *Message
-	Topic    string
-	Attempt  int
-	Reason   string
-	DeadAt   time.Time
-	cursorMs int64
-	cursorID uint64
+	Message *Message
+	Topic   string
+	Attempt int
+	Reason  string
+	DeadAt  time.Time
+	Cursor  DLQCursor
 }
 
-// DLQCursor continues a DLQ listing after the last entry of a page.
+// DLQCursor continues a DLQ listing after the entry it names.
 type DLQCursor struct {
 	DeadAtMs int64
 	ID       uint64
@@ -286,12 +333,11 @@ func (b *Broker) ListDead(topicName, group string, limit int, after DLQCursor) (
 	var next *DLQCursor
 	err = b.store.ScanDead(s.rec.ID, 0, maxTimeMs, after.DeadAtMs, after.ID, func(d *Dead) bool {
 		if len(out) == limit {
-			last := out[len(out)-1]
-			next = &DLQCursor{DeadAtMs: last.cursorMs, ID: last.cursorID}
+			next = &out[len(out)-1].Cursor
 			return false
 		}
 		out = append(out, DeadMessage{Message: d.Msg, Topic: topicName, Attempt: d.Attempt, Reason: d.Reason,
-			DeadAt: time.UnixMilli(d.DeadAtMs).UTC(), cursorMs: d.DeadAtMs, cursorID: d.ID})
+			DeadAt: time.UnixMilli(d.DeadAtMs).UTC(), Cursor: DLQCursor{DeadAtMs: d.DeadAtMs, ID: d.ID}})
 		return true
 	})
 	return out, next, err
@@ -308,8 +354,8 @@ type RedriveFilter struct {
 	DryRun     bool
 }
 
-// Redrive puts dead messages back for delivery with fresh retries. With
-// DryRun it only counts them.
+// Redrive puts dead messages back for delivery with fresh retries, each to
+// the cursor it failed on. With DryRun it only counts them.
 func (b *Broker) Redrive(ctx context.Context, topicName, group string, f RedriveFilter) (int, error) {
 	s, err := b.subscription(topicName, group)
 	if err != nil {
@@ -344,31 +390,38 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 		return 0, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, group)
 	}
 	writes := make([]func(Batch), 0, len(chosen))
+	redriven := 0
 	for _, d := range chosen {
-		p := &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: s.rec.ID, TopicID: s.rec.TopicID, DueMs: nowMs, Msg: d.Msg, Reason: d.Reason}
+		c := s.byID[d.CursorID]
+		if c == nil {
+			c = s.main
+		}
 		dead := d
+		if c == nil {
+			// Its broadcast consumer is gone: nothing to deliver it to.
+			continue
+		}
+		p := &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: c.id, TopicID: s.rec.TopicID, DueMs: nowMs, Msg: d.Msg, Reason: d.Reason}
 		writes = append(writes, func(b Batch) {
 			b.DeleteDead(dead)
 			b.PutParked(p)
 		})
-		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs}
-		s.deliveries[dkey{retryQueue, p.ID}] = nd
-		s.released = append(s.released, nd)
-		s.nRetry++
+		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs,
+			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset}
+		c.deliveries[dkey{retryQueue, p.ID}] = nd
+		c.released = append(c.released, nd)
+		c.nRetry++
 		s.nDead--
+		redriven++
 	}
-	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
-	select {
-	case b.requests <- req:
-	case <-b.closing:
-		s.mu.Unlock()
-		return 0, ErrClosed
-	}
+	req := s.queueWritesLocked(writes)
 	s.mu.Unlock()
-	if err := <-req.done; err != nil {
-		return 0, err
+	if req != nil {
+		if err := <-req.done; err != nil {
+			return 0, err
+		}
 	}
 	s.wake()
-	b.log.Info("dead messages redriven", "topic", topicName, "group", group, "count", len(chosen))
-	return len(chosen), nil
+	b.log.Info("dead messages redriven", "topic", topicName, "group", group, "count", redriven)
+	return redriven, nil
 }

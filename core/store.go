@@ -27,8 +27,50 @@ type Store interface {
 	// [fromMs, toMs], oldest first, starting after the entry named by after
 	// (0,0 for the beginning).
 	ScanDead(subID uint32, fromMs, toMs int64, afterMs int64, afterID uint64, fn func(*Dead) bool) error
+	// ScanIndex calls fn for the seqs indexed under (kind, hash) on a topic,
+	// bucket by bucket in [fromBucket, toBucket], then by seq, starting
+	// after (afterBucket, afterSeq). Hashes collide: callers check the message.
+	ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, toBucket uint32, afterBucket uint32, afterSeq uint64, fn func(bucket uint32, seq uint64) bool) error
+	// ScanHistory calls fn for the delivery history of one message.
+	ScanHistory(topicID, queueID uint32, offset uint64, fn func(*HistoryRecord) bool) error
 	// Close flushes and closes the store. It is idempotent.
 	Close() error
+}
+
+// Secondary index kinds.
+const (
+	IndexID  byte = 'i'
+	IndexKey byte = 'k'
+	IndexTag byte = 't'
+)
+
+// IndexBucketMs is the width of a secondary index time bucket: retention
+// drops whole buckets with one range tombstone.
+const IndexBucketMs = 3600 * 1000
+
+// IndexBucket is the bucket of a store time.
+func IndexBucket(storedAtMs int64) uint32 { return uint32(max(storedAtMs, 0) / IndexBucketMs) }
+
+// Delivery outcomes kept in history.
+const (
+	OutcomeAck          byte = 'a'
+	OutcomeNack         byte = 'n'
+	OutcomeLeaseExpired byte = 'e'
+	OutcomeDeadLetter   byte = 'd'
+)
+
+// HistoryRecord is one settled delivery of a message to a subscription.
+type HistoryRecord struct {
+	TopicID       uint32
+	QueueID       uint32
+	Offset        uint64
+	StateID       uint32
+	Attempt       int
+	ConsumerID    string
+	DeliveredAtMs int64
+	Outcome       byte
+	Reason        string
+	SettledAtMs   int64
 }
 
 // Batch is an atomic group of writes; nothing of it is visible before Commit.
@@ -49,6 +91,12 @@ type Batch interface {
 	// watermark has passed it.
 	PutAck(subID, queueID uint32, offset uint64)
 	DeleteAck(subID, queueID uint32, offset uint64)
+	// PutMember records a broadcast consumer's cursor id.
+	PutMember(subID uint32, consumerID string, cursorID uint32)
+	// DeleteCursor removes a cursor's watermarks and acks.
+	DeleteCursor(cursorID uint32)
+	// DeleteCursorQueue removes a cursor's acks in one queue (seek).
+	DeleteCursorQueue(cursorID, queueID uint32)
 	PutParked(p *Parked)
 	DeleteParked(p *Parked)
 	// PutTimer indexes a parked message under its due time.
@@ -62,6 +110,9 @@ type Batch interface {
 	// CutQueue removes a queue's index entries below offset and its time
 	// index entries before timeMs (retention).
 	CutQueue(topicID, queueID uint32, offset uint64, timeMs int64)
+	// CutIndex removes a topic's secondary index buckets below bucket.
+	CutIndex(topicID uint32, bucket uint32)
+	PutHistory(h *HistoryRecord)
 	// CutLog removes log records below seq (retention, across topics).
 	CutLog(seq uint64)
 	// Len reports the encoded size so far, for batch size caps.
@@ -80,6 +131,9 @@ type IndexEntry struct {
 	StoredAtMs int64
 	TagHash    uint32
 	Size       uint32
+	// KeyHash is the sharding key's hash (0: none), so orderly delivery
+	// knows a message's key without reading it.
+	KeyHash uint32
 }
 
 // Snapshot is the durable state the broker rebuilds its memory from.
@@ -92,6 +146,8 @@ type Snapshot struct {
 	Queues map[uint32][]QueueRange
 	// Acks holds consumer state keyed by subscription id.
 	Acks map[uint32][]QueueAcks
+	// Members holds the broadcast consumers of every subscription.
+	Members []MemberRecord
 	// Retries holds every ParkedRetry record, without bodies.
 	Retries []*Parked
 	// FirstTimerMs is the due time of the earliest timer, 0 if none.
@@ -100,6 +156,13 @@ type Snapshot struct {
 	DeadCounts map[uint32]int64
 	// Dedup holds the remembered sends, oldest first.
 	Dedup []*DedupRecord
+}
+
+// MemberRecord names the cursor of one consumer of a broadcast subscription.
+type MemberRecord struct {
+	SubID      uint32
+	ConsumerID string
+	CursorID   uint32
 }
 
 // QueueRange is a queue's retained offsets [Min, Next).
@@ -128,7 +191,7 @@ const (
 type Parked struct {
 	ID      uint64
 	Kind    byte
-	SubID   uint32 // ParkedRetry
+	SubID   uint32 // ParkedRetry: the cursor id
 	TopicID uint32
 	DueMs   int64
 	// Attempt is how many deliveries failed so far (ParkedRetry).
@@ -139,8 +202,10 @@ type Parked struct {
 
 // Dead is a message in a subscription's dead-letter queue.
 type Dead struct {
-	ID       uint64
-	SubID    uint32
+	ID    uint64
+	SubID uint32
+	// CursorID is the cursor the message failed on; a redrive returns it there.
+	CursorID uint32
 	DeadAtMs int64
 	Attempt  int
 	Reason   string

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"slices"
@@ -24,7 +23,8 @@ const (
 )
 
 // SubscriptionConfig is what a client may set. Nil and zero fields take
-// defaults; StartFrom matters only when the subscription is created.
+// defaults; StartFrom matters only when the subscription is created, and
+// Mode and Orderly cannot change afterwards.
 type SubscriptionConfig struct {
 	Mode        string
 	Orderly     bool
@@ -38,63 +38,19 @@ type subscription struct {
 	b     *Broker
 	topic *topic
 
-	mu         sync.Mutex
-	rec        *SubscriptionRecord
-	filter     *tagFilter
-	queues     []*subQueue
-	deliveries map[dkey]*delivery
-	leases     leaseHeap
-	released   []*delivery // waiting to be delivered again, oldest first
-	rr         int
-	consumers  map[string]*consumerSeen
-	deleted    bool
-	nRetry     int64 // parked retries (waiting, ready or leased)
-	nDead      int64
+	mu        sync.Mutex
+	rec       *SubscriptionRecord
+	filter    *tagFilter
+	main      *cursor            // clustering mode
+	members   map[string]*cursor // broadcast mode, by consumer id
+	byID      map[uint32]*cursor
+	consumers map[string]*consumerSeen
+	deleted   bool
+	nDead     int64
 
 	// notify is closed and replaced whenever new messages may be ready.
 	// Waiters load it before looking for messages, so no wake-up is missed.
 	notify atomic.Pointer[chan struct{}]
-}
-
-type dkey struct {
-	queue  uint32
-	offset uint64
-}
-
-// retryQueue is the queue id of deliveries of parked retries; their offset
-// is the parked record's id.
-const retryQueue = ^uint32(0)
-
-// delivery is an outstanding message: leased, waiting to go out again
-// (ready), or a parked retry waiting for its timer.
-type delivery struct {
-	queue     uint32
-	offset    uint64
-	seq       uint64
-	attempt   int // deliveries made so far
-	leaseID   uint64
-	deadline  int64 // Unix ms; meaningful while leased
-	leased    bool
-	ready     bool  // in subscription.released
-	dueMs     int64 // parked retries: when the timer makes it ready
-	consumer  string
-	heapIndex int
-}
-
-func (d *delivery) isRetry() bool { return d.queue == retryQueue }
-
-type subQueue struct {
-	id    uint32
-	acked uint64 // watermark: every offset below it is done
-	next  uint64 // cursor: offsets at or above it were never handed out
-	out   window // outstanding offsets in [acked, next)
-	nOut  int
-	// preAcked holds acks above the watermark restored at open: the cursor
-	// skips them when it gets there.
-	preAcked map[uint64]bool
-	// durableAcks are acks above the persisted watermark that are on disk.
-	durableAcks map[uint64]bool
-	persistedWM uint64
 }
 
 type consumerSeen struct {
@@ -109,41 +65,37 @@ func newSubscription(b *Broker, t *topic, rec *SubscriptionRecord) (*subscriptio
 	}
 	s := &subscription{
 		b: b, topic: t, rec: rec, filter: f,
-		deliveries: map[dkey]*delivery{},
-		consumers:  map[string]*consumerSeen{},
+		members:   map[string]*cursor{},
+		byID:      map[uint32]*cursor{},
+		consumers: map[string]*consumerSeen{},
+	}
+	if rec.Mode != ModeBroadcast {
+		s.main = newCursor(rec.ID, "")
+		s.byID[rec.ID] = s.main
 	}
 	ch := make(chan struct{})
 	s.notify.Store(&ch)
 	return s, nil
 }
 
-// restore sets the queues from their durable positions.
-func (s *subscription) restore(acks []QueueAcks) {
-	b := s.b
-	b.mu.RLock()
-	n := len(s.topic.queues)
-	b.mu.RUnlock()
-	s.growQueues(n)
-	for _, a := range acks {
-		if int(a.QueueID) >= len(s.queues) {
-			continue
-		}
-		sq := s.queues[a.QueueID]
-		sq.acked, sq.next, sq.persistedWM = a.Watermark, a.Watermark, a.Watermark
-		for _, o := range a.Acked {
-			if o >= a.Watermark {
-				sq.preAcked[o] = true
-			}
-			sq.durableAcks[o] = true
-		}
+// cursors lists the subscription's cursors. Caller holds s.mu.
+func (s *subscription) cursors() []*cursor {
+	if s.main != nil {
+		return []*cursor{s.main}
 	}
+	out := make([]*cursor, 0, len(s.members))
+	for _, c := range s.members {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *cursor) int { return strings.Compare(a.consumerID, b.consumerID) })
+	return out
 }
 
 func (s *subscription) growQueues(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := len(s.queues); i < n; i++ {
-		s.queues = append(s.queues, &subQueue{id: uint32(i), preAcked: map[uint64]bool{}, durableAcks: map[uint64]bool{}})
+	for _, c := range s.byID {
+		c.growQueues(n)
 	}
 }
 
@@ -193,7 +145,7 @@ func (b *Broker) subscription(topicName, group string) (*subscription, error) {
 }
 
 // validateSubscriptionConfig fills defaults and checks every field.
-func validateSubscriptionConfig(cfg SubscriptionConfig, now time.Time) (SubscriptionConfig, error) {
+func validateSubscriptionConfig(cfg SubscriptionConfig) (SubscriptionConfig, error) {
 	switch cfg.Mode {
 	case "":
 		cfg.Mode = ModeClustering
@@ -242,7 +194,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	if err := ValidateName("group", group); err != nil {
 		return SubscriptionInfo{}, false, err
 	}
-	cfg, err := validateSubscriptionConfig(cfg, b.now())
+	cfg, err := validateSubscriptionConfig(cfg)
 	if err != nil {
 		return SubscriptionInfo{}, false, err
 	}
@@ -262,8 +214,11 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 		existing.mu.Lock()
 		rec := *existing.rec
 		existing.mu.Unlock()
-		rec.Mode, rec.Orderly, rec.Filter = cfg.Mode, cfg.Orderly, cfg.Filter
-		rec.MaxRetries, rec.RetryDelays = *cfg.MaxRetries, cfg.RetryDelays
+		if rec.Mode != cfg.Mode || rec.Orderly != cfg.Orderly {
+			return SubscriptionInfo{}, false, fmt.Errorf("%w: %s/%s is %s (orderly=%t); mode and orderly cannot change, delete and re-create it",
+				ErrModeConflict, topicName, group, rec.Mode, rec.Orderly)
+		}
+		rec.Filter, rec.MaxRetries, rec.RetryDelays = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays
 		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutSubscription(&rec) }}); err != nil {
 			return SubscriptionInfo{}, false, err
 		}
@@ -283,22 +238,19 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	if err != nil {
 		return SubscriptionInfo{}, false, err
 	}
-	b.mu.RLock()
-	queues := t.queues
-	b.mu.RUnlock()
-	s.growQueues(len(queues))
-	for i, q := range queues {
-		start, err := b.startOffset(t, q, cfg.StartFrom)
-		if err != nil {
+	var starts []uint64
+	if s.main != nil {
+		if starts, err = b.startOffsets(t, rec.StartFrom); err != nil {
 			return SubscriptionInfo{}, false, err
 		}
-		sq := s.queues[i]
-		sq.acked, sq.next, sq.persistedWM = start, start, start
+		for i, start := range starts {
+			s.main.queues = append(s.main.queues, newSubQueue(uint32(i), start))
+		}
 	}
 	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
 		batch.PutSubscription(rec)
-		for _, sq := range s.queues {
-			batch.PutAckWatermark(rec.ID, sq.id, sq.acked)
+		for i, start := range starts {
+			batch.PutAckWatermark(rec.ID, uint32(i), start)
 		}
 	}})
 	if err != nil {
@@ -309,11 +261,26 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	t.subs[group] = s
 	b.subsByID[rec.ID] = s
 	b.mu.Unlock()
-	b.log.Info("subscription created", "topic", topicName, "group", group, "mode", rec.Mode, "start_from", rec.StartFrom)
+	b.log.Info("subscription created", "topic", topicName, "group", group, "mode", rec.Mode, "orderly", rec.Orderly, "start_from", rec.StartFrom)
 	return s.info(), true, nil
 }
 
-// startOffset resolves earliest, latest or a time to an offset of q.
+// startOffsets resolves earliest, latest or a time to an offset per queue.
+func (b *Broker) startOffsets(t *topic, from string) ([]uint64, error) {
+	b.mu.RLock()
+	queues := t.queues
+	b.mu.RUnlock()
+	out := make([]uint64, len(queues))
+	for i, q := range queues {
+		off, err := b.startOffset(t, q, from)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = off
+	}
+	return out, nil
+}
+
 func (b *Broker) startOffset(t *topic, q *queue, from string) (uint64, error) {
 	switch from {
 	case "earliest":
@@ -325,14 +292,64 @@ func (b *Broker) startOffset(t *topic, q *queue, from string) (uint64, error) {
 	if err != nil {
 		return 0, invalid("/startFrom", "must be earliest, latest or an RFC 3339 time")
 	}
-	off, ok, err := b.store.OffsetAtTime(t.rec.ID, q.id, at.UnixMilli())
+	next := q.next.Load()
+	off, ok, err := b.store.OffsetAtTime(q.topicID, q.id, at.UnixMilli())
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return q.next.Load(), nil
+		return next, nil
 	}
-	return max(off, q.min.Load()), nil
+	return min(max(off, q.min.Load()), next), nil
+}
+
+// member returns the cursor of a broadcast consumer, creating it (from the
+// subscription's startFrom) the first time the consumer pulls.
+func (b *Broker) member(ctx context.Context, s *subscription, consumerID string) (*cursor, error) {
+	s.mu.Lock()
+	c := s.members[consumerID]
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	b.adminMu.Lock()
+	defer b.adminMu.Unlock()
+	s.mu.Lock()
+	c, rec := s.members[consumerID], s.rec
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	starts, err := b.startOffsets(s.topic, rec.StartFrom)
+	if err != nil {
+		return nil, err
+	}
+	c = newCursor(b.lastSub+1, consumerID)
+	for i, start := range starts {
+		c.queues = append(c.queues, newSubQueue(uint32(i), start))
+	}
+	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
+		batch.PutMember(rec.ID, consumerID, c.id)
+		for i, start := range starts {
+			batch.PutAckWatermark(c.id, uint32(i), start)
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	b.lastSub = c.id
+	b.subsByID[c.id] = s
+	b.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted {
+		return nil, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, rec.Group)
+	}
+	s.members[consumerID] = c
+	s.byID[c.id] = c
+	b.log.Info("broadcast consumer joined", "group", rec.Group, "consumer", consumerID)
+	return c, nil
 }
 
 // subscriptionForPull returns the subscription, creating it with defaults
@@ -352,6 +369,32 @@ func isNotFound(err error) bool {
 	return errorsIs(err, ErrTopicNotFound) || errorsIs(err, ErrSubscriptionNotFound)
 }
 
+// retriesOf lists the parked retries of a subscription's cursors, so that
+// deleting it deletes them too.
+func (s *subscription) retriesOf() (retries []*Parked, cursorIDs []uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.byID {
+		cursorIDs = append(cursorIDs, c.id)
+		for k := range c.deliveries {
+			if k.queue == retryQueue {
+				retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
+			}
+		}
+	}
+	return retries, cursorIDs
+}
+
+func deleteSubscriptionWrites(batch Batch, s *subscription, retries []*Parked, cursorIDs []uint32) {
+	for _, p := range retries {
+		batch.DeleteParked(p)
+	}
+	for _, id := range cursorIDs {
+		batch.DeleteCursor(id)
+	}
+	batch.DeleteSubscription(s.rec)
+}
+
 // DeleteSubscription removes a subscription and its consumer state.
 func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string) error {
 	b.adminMu.Lock()
@@ -360,25 +403,16 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	var retries []*Parked
-	for k := range s.deliveries {
-		if k.queue == retryQueue {
-			retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
-		}
-	}
-	s.mu.Unlock()
-	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
-		for _, p := range retries {
-			batch.DeleteParked(p)
-		}
-		batch.DeleteSubscription(s.rec)
-	}})
+	retries, cursorIDs := s.retriesOf()
+	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { deleteSubscriptionWrites(batch, s, retries, cursorIDs) }})
 	if err != nil {
 		return err
 	}
 	b.mu.Lock()
 	delete(s.topic.subs, group)
+	for _, id := range cursorIDs {
+		delete(b.subsByID, id)
+	}
 	delete(b.subsByID, s.rec.ID)
 	b.mu.Unlock()
 	s.markDeleted()
@@ -387,6 +421,8 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 }
 
 // SubscriptionInfo is a subscription's configuration and consumption state.
+// For broadcast subscriptions the per-queue figures are those of the
+// slowest consumer (lowest acked offset, largest lag) and inflight sums.
 type SubscriptionInfo struct {
 	Topic, Group string
 	Config       SubscriptionRecord
@@ -453,47 +489,62 @@ func (s *subscription) info() SubscriptionInfo {
 	queues := s.topic.queues
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
+	now := b.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := SubscriptionInfo{
 		Topic: topicName, Group: s.rec.Group, Config: *s.rec,
 		CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC(),
-		Queues:    make([]SubQueueStat, 0, len(s.queues)),
+		Queues:    make([]SubQueueStat, len(queues)),
+		DLQ:       s.nDead,
 	}
-	inflight := make([]int64, len(s.queues))
-	for _, d := range s.deliveries {
-		if d.leased && !d.isRetry() && int(d.queue) < len(inflight) {
-			inflight[d.queue]++
+	for i, q := range queues {
+		info.Queues[i] = SubQueueStat{QueueID: i, MaxOffset: q.next.Load(), AckedOffset: q.next.Load()}
+	}
+	for ci, c := range s.cursors() {
+		inflight := make([]int64, len(queues))
+		for _, d := range c.deliveries {
+			switch {
+			case !d.leased:
+			case d.isRetry():
+				info.Inflight++
+			case int(d.queue) < len(inflight):
+				inflight[d.queue]++
+			}
+		}
+		info.Retrying += c.nRetry
+		for i, sq := range c.queues {
+			if i >= len(queues) {
+				break
+			}
+			q := queues[i]
+			maxOff, minOff := q.next.Load(), q.min.Load()
+			// Lag counts what is stored and not yet acked: the outstanding
+			// offsets behind the cursor plus everything ahead of it.
+			// Messages the filter skipped count as acked once passed.
+			lag := int64(sq.nOut)
+			if cursor := max(sq.next, minOff); maxOff > cursor {
+				lag += int64(maxOff - cursor)
+			}
+			st := &info.Queues[i]
+			acked := max(sq.acked, minOff)
+			if ci == 0 || acked < st.AckedOffset {
+				st.AckedOffset = acked
+			}
+			st.Lag = max(st.Lag, lag)
+			st.Inflight += inflight[i]
 		}
 	}
-	for i, sq := range s.queues {
-		if i >= len(queues) {
-			break
-		}
-		q := queues[i]
-		maxOff, minOff := q.next.Load(), q.min.Load()
-		// Lag counts what is stored and not yet acked: the outstanding
-		// offsets behind the cursor plus everything ahead of it. Messages
-		// the filter skips count as acked once the cursor passed them.
-		lag := int64(sq.nOut)
-		if cursor := max(sq.next, minOff); maxOff > cursor {
-			lag += int64(maxOff - cursor)
-		}
-		info.Queues = append(info.Queues, SubQueueStat{
-			QueueID: i, MaxOffset: maxOff, AckedOffset: max(sq.acked, minOff),
-			Inflight: inflight[i], Lag: lag,
-		})
-		info.Lag += lag
-		info.Inflight += inflight[i]
+	for _, st := range info.Queues {
+		info.Lag += st.Lag
+		info.Inflight += st.Inflight
 	}
-	for _, d := range s.deliveries {
-		if d.isRetry() && d.leased {
-			info.Inflight++
-		}
-	}
-	info.Retrying, info.DLQ = s.nRetry, s.nDead
 	ids := make([]string, 0, len(s.consumers))
-	for id := range s.consumers {
+	for id, c := range s.consumers {
+		if now.Sub(c.lastSeen) > b.opts.ConsumerExpiry {
+			delete(s.consumers, id)
+			continue
+		}
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -508,28 +559,3 @@ func (s *subscription) info() SubscriptionInfo {
 	}
 	return info
 }
-
-// leaseHeap orders leased deliveries by deadline.
-type leaseHeap []*delivery
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIndex, h[j].heapIndex = i, j
-}
-func (h *leaseHeap) Push(x any) {
-	d := x.(*delivery)
-	d.heapIndex = len(*h)
-	*h = append(*h, d)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	d.heapIndex = -1
-	return d
-}
-
-var _ heap.Interface = (*leaseHeap)(nil)

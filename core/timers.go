@@ -179,11 +179,14 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 		return
 	}
 	s.mu.Lock()
-	d := s.deliveries[dkey{retryQueue, id}]
-	fired := d != nil && !d.leased && !d.ready && d.dueMs == due
-	if fired {
-		d.ready = true
-		s.released = append(s.released, d)
+	fired := false
+	if c := s.byID[p.SubID]; c != nil {
+		d := c.deliveries[dkey{retryQueue, id}]
+		fired = d != nil && !d.leased && !d.ready && d.dueMs == due
+		if fired {
+			d.ready = true
+			c.released = append(c.released, d)
+		}
 	}
 	s.mu.Unlock()
 	if fired {

@@ -82,15 +82,13 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 	if err := decodeJSON(body, &req); err != nil {
 		return err
 	}
-	if req.ConsumerID == "" {
-		req.ConsumerID = clientAddr(r)
-	}
 	topic, group := chi.URLParam(r, "topic"), chi.URLParam(r, "group")
 	got, err := s.b.Pull(r.Context(), topic, group, core.PullRequest{
 		MaxMessages: req.MaxMessages,
 		Wait:        time.Duration(req.WaitSeconds) * time.Second,
 		Invisible:   time.Duration(req.InvisibleSeconds) * time.Second,
 		ConsumerID:  req.ConsumerID,
+		ClientAddr:  clientAddr(r),
 	})
 	if err != nil {
 		return err
@@ -107,15 +105,10 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 		s.release(topic, group, got)
 		return nil
 	}
+	// Once written, the answer counts as delivered: a client may close
+	// the connection as soon as it has read it.
 	if err := writeJSON(w, http.StatusOK, out); err != nil {
 		s.release(topic, group, got)
-		return nil
-	}
-	if f, ok := w.(http.Flusher); ok && len(got) > 0 {
-		f.Flush()
-		if r.Context().Err() != nil {
-			s.release(topic, group, got)
-		}
 	}
 	return nil
 }

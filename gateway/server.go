@@ -119,6 +119,8 @@ func (s *Server) routes() *chi.Mux {
 	m.Delete("/v1/topics/{topic}", s.api(s.deleteTopic))
 	m.Post("/v1/topics/{topic}/messages", s.api(s.send))
 	m.Post("/v1/topics/{topic}/messages:batch", s.api(s.sendBatch))
+	m.Get("/v1/topics/{topic}/messages", s.api(s.queryMessages))
+	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(s.getMessage))
 
 	m.Get("/v1/topics/{topic}/subscriptions", s.api(s.listSubscriptions))
 	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(s.putSubscription))
@@ -129,6 +131,7 @@ func (s *Server) routes() *chi.Mux {
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(s.nack))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(s.extend))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(s.deadLetter))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(s.seek))
 	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(s.listDeadLetters))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(s.redrive))
 	return m

@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -54,8 +55,10 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 		b.err = err
 	}
 	_ = b.b.DeleteRange(lo, hi, nil)
-	lo, hi = prefixRange(id32Prefix(prefixTime, t.ID))
-	_ = b.b.DeleteRange(lo, hi, nil)
+	for _, p := range []byte{prefixTime, prefixSecondary, prefixHistory} {
+		lo, hi = prefixRange(id32Prefix(p, t.ID))
+		_ = b.b.DeleteRange(lo, hi, nil)
+	}
 	lo, hi = prefixRange(id32Prefix(prefixQueueMeta, t.ID))
 	_ = b.b.DeleteRange(lo, hi, nil)
 	_ = b.b.Delete(topicKey(t.ID), nil)
@@ -64,7 +67,7 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 func (b *batch) PutSubscription(s *core.SubscriptionRecord) { b.setJSON(subKey(s.ID), s) }
 
 func (b *batch) DeleteSubscription(s *core.SubscriptionRecord) {
-	for _, p := range []byte{prefixWatermark, prefixAck, prefixDead} {
+	for _, p := range []byte{prefixWatermark, prefixAck, prefixDead, prefixMember} {
 		lo, hi := prefixRange(id32Prefix(p, s.ID))
 		_ = b.b.DeleteRange(lo, hi, nil)
 	}
@@ -76,8 +79,22 @@ func (b *batch) Append(m *core.Message) {
 	b.key = logKey(b.key, m.Seq)
 	_ = b.b.Set(b.key, b.val, nil)
 	b.key = queueKey(b.key, m.TopicID, m.QueueID, m.Offset)
-	b.val = appendIndexValue(b.val, m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)))
+	b.val = appendIndexValue(b.val, m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)), core.ShardingHash(m.ShardingKey))
 	_ = b.b.Set(b.key, b.val, nil)
+	bucket := core.IndexBucket(m.StoredAtMs)
+	b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexID, core.IndexHash(m.ID), m.Seq)
+	_ = b.b.Set(b.key, nil, nil)
+	if m.Tag != "" {
+		b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexTag, core.IndexHash(m.Tag), m.Seq)
+		_ = b.b.Set(b.key, nil, nil)
+	}
+	for i, k := range m.Keys {
+		if slices.Contains(m.Keys[:i], k) {
+			continue
+		}
+		b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexKey, core.IndexHash(k), m.Seq)
+		_ = b.b.Set(b.key, nil, nil)
+	}
 	// The time index is sparse: one entry per queue per store time, pointing
 	// at the first offset stored then.
 	if b.lastTS == nil {
@@ -133,4 +150,20 @@ func (b *batch) Close() {
 		_ = b.b.Close()
 		b.b = nil
 	}
+}
+
+func (b *batch) CutIndex(topicID uint32, bucket uint32) {
+	lo := id32Prefix(prefixSecondary, topicID)
+	_ = b.b.DeleteRange(lo, be.AppendUint32(lo, bucket), nil)
+}
+
+// History: attempt… in the key; consumer | deliveredAtMs u64 | outcome u8 | reason | settledAtMs u64
+func (b *batch) PutHistory(h *core.HistoryRecord) {
+	v := make([]byte, 0, 48+len(h.ConsumerID)+len(h.Reason))
+	v = appendString(v, h.ConsumerID)
+	v = be.AppendUint64(v, uint64(h.DeliveredAtMs))
+	v = append(v, h.Outcome)
+	v = appendString(v, h.Reason)
+	v = be.AppendUint64(v, uint64(h.SettledAtMs))
+	_ = b.b.Set(historyKey(h.TopicID, h.QueueID, h.Offset, h.StateID, h.Attempt), v, nil)
 }

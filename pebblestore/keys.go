@@ -12,6 +12,8 @@ const (
 	prefixTime      = 'T'
 	prefixWatermark = 'C'
 	prefixAck       = 'A'
+	prefixSecondary = 'I'
+	prefixHistory   = 'H'
 )
 
 var be = binary.BigEndian
@@ -96,12 +98,35 @@ func id32Prefix(prefix byte, id uint32) []byte {
 	return be.AppendUint32(k, id)
 }
 
-// index values: seq, storedAtMs, tagHash, size (24 bytes).
-const indexValueLen = 24
+// index values: seq, storedAtMs, tagHash, size, keyHash (28 bytes).
+const indexValueLen = 28
 
-func appendIndexValue(dst []byte, seq uint64, storedAtMs int64, tagHash, size uint32) []byte {
+func appendIndexValue(dst []byte, seq uint64, storedAtMs int64, tagHash, size, keyHash uint32) []byte {
 	dst = be.AppendUint64(dst[:0], seq)
 	dst = be.AppendUint64(dst, uint64(storedAtMs))
 	dst = be.AppendUint32(dst, tagHash)
-	return be.AppendUint32(dst, size)
+	dst = be.AppendUint32(dst, size)
+	return be.AppendUint32(dst, keyHash)
+}
+
+// secondaryKey is I topicID bucket kind hash seq: buckets first, so that
+// retention drops a topic's old buckets with one range tombstone.
+func secondaryKey(dst []byte, topicID, bucket uint32, kind byte, hash, seq uint64) []byte {
+	dst = append(dst[:0], prefixSecondary)
+	dst = be.AppendUint32(dst, topicID)
+	dst = be.AppendUint32(dst, bucket)
+	dst = append(dst, kind)
+	dst = be.AppendUint64(dst, hash)
+	return be.AppendUint64(dst, seq)
+}
+
+// historyKey is H topicID queueID offset stateID attempt.
+func historyKey(topicID, queueID uint32, offset uint64, stateID uint32, attempt int) []byte {
+	k := make([]byte, 0, 25)
+	k = append(k, prefixHistory)
+	k = be.AppendUint32(k, topicID)
+	k = be.AppendUint32(k, queueID)
+	k = be.AppendUint64(k, offset)
+	k = be.AppendUint32(k, stateID)
+	return be.AppendUint32(k, uint32(attempt))
 }

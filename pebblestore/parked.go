@@ -15,6 +15,7 @@ const (
 	prefixTimer   = 'D' // D dueMs id → kind
 	prefixDead    = 'X' // X subID deadAtMs id → dead message
 	prefixDedup   = 'U' // U topicID key → remembered send result
+	prefixMember  = 'M' // M subID consumerID → cursor id
 )
 
 func parkedKey(kind byte, id uint64) []byte {
@@ -64,30 +65,33 @@ func decodeParked(id uint64, b []byte, withBody bool) (*core.Parked, error) {
 	if r.err != nil {
 		return nil, r.err
 	}
-	if withBody {
-		m, err := decodeRecord(r.b, 0)
-		if err != nil {
-			return nil, err
-		}
-		p.Msg = m
+	m, err := decodeRecord(r.b, 0)
+	if err != nil {
+		return nil, err
 	}
+	if !withBody {
+		m.Body = nil
+	}
+	p.Msg = m
 	return p, nil
 }
 
-// Dead: attempt u32 | reason | record (subID, deadAt and id are in the key)
+// Dead: attempt u32 | cursorID u32 | reason | record (subID, deadAt and id are in the key)
 func encodeDead(d *core.Dead) []byte {
 	b := make([]byte, 0, 64+len(d.Msg.Body))
 	b = be.AppendUint32(b, uint32(d.Attempt))
+	b = be.AppendUint32(b, d.CursorID)
 	b = appendString(b, d.Reason)
 	return encodeRecord(b, d.Msg)
 }
 
 func decodeDead(k, v []byte) (*core.Dead, error) {
-	if len(k) != 21 || len(v) < 4 {
+	if len(k) != 21 || len(v) < 8 {
 		return nil, errCorrupt
 	}
-	d := &core.Dead{SubID: be.Uint32(k[1:]), DeadAtMs: int64(be.Uint64(k[5:])), ID: be.Uint64(k[13:]), Attempt: int(be.Uint32(v))}
-	r := recordReader{b: v[4:]}
+	d := &core.Dead{SubID: be.Uint32(k[1:]), DeadAtMs: int64(be.Uint64(k[5:])), ID: be.Uint64(k[13:]),
+		Attempt: int(be.Uint32(v)), CursorID: be.Uint32(v[4:])}
+	r := recordReader{b: v[8:]}
 	d.Reason = r.string()
 	if r.err != nil {
 		return nil, r.err
@@ -156,6 +160,7 @@ func (b *batch) DeleteDedup(topicID uint32, key string) { _ = b.b.Delete(dedupKe
 
 func (b *batch) CutQueue(topicID, queueID uint32, offset uint64, timeMs int64) {
 	_ = b.b.DeleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset), nil)
+	_ = b.b.DeleteRange(historyKey(topicID, queueID, 0, 0, 0), historyKey(topicID, queueID, offset, 0, 0), nil)
 	_ = b.b.DeleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0), nil)
 }
 
@@ -290,4 +295,106 @@ func (s *Store) loadParked(snap *core.Snapshot) error {
 		snap.Dedup = append(snap.Dedup, r)
 	}
 	return errors.Join(it.Error(), it.Close())
+}
+
+func (s *Store) ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, toBucket, afterBucket uint32, afterSeq uint64, fn func(uint32, uint64) bool) error {
+	return s.read(func() error {
+		var lo, hi []byte
+		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
+			lo = secondaryKey(lo, topicID, bucket, kind, hash, 0)
+			if bucket == afterBucket && afterSeq > 0 {
+				lo = secondaryKey(lo, topicID, bucket, kind, hash, afterSeq+1)
+			}
+			_, hi = prefixRange(lo[:len(lo)-8])
+			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+			if err != nil {
+				return err
+			}
+			for it.First(); it.Valid(); it.Next() {
+				k := it.Key()
+				if !fn(bucket, be.Uint64(k[len(k)-8:])) {
+					return errors.Join(it.Error(), it.Close())
+				}
+			}
+			if err := errors.Join(it.Error(), it.Close()); err != nil {
+				return err
+			}
+			if bucket == ^uint32(0) {
+				break
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) ScanHistory(topicID, queueID uint32, offset uint64, fn func(*core.HistoryRecord) bool) error {
+	return s.read(func() error {
+		lo, hi := prefixRange(historyKey(topicID, queueID, offset, 0, 0)[:17])
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			k := it.Key()
+			if len(k) != 25 {
+				return errCorrupt
+			}
+			h := &core.HistoryRecord{TopicID: topicID, QueueID: queueID, Offset: offset,
+				StateID: be.Uint32(k[17:]), Attempt: int(be.Uint32(k[21:]))}
+			r := recordReader{b: it.Value()}
+			h.ConsumerID = r.string()
+			h.DeliveredAtMs = int64(r.u64())
+			if r.err == nil && len(r.b) > 0 {
+				h.Outcome = r.b[0]
+				r.b = r.b[1:]
+			}
+			h.Reason = r.string()
+			h.SettledAtMs = int64(r.u64())
+			if r.err != nil {
+				return r.err
+			}
+			if !fn(h) {
+				break
+			}
+		}
+		return it.Error()
+	})
+}
+
+func memberKey(subID uint32, consumerID string) []byte {
+	return append(be.AppendUint32([]byte{prefixMember}, subID), consumerID...)
+}
+
+func (b *batch) PutMember(subID uint32, consumerID string, cursorID uint32) {
+	_ = b.b.Set(memberKey(subID, consumerID), be.AppendUint32(nil, cursorID), nil)
+}
+
+func (b *batch) DeleteCursor(cursorID uint32) {
+	for _, p := range []byte{prefixWatermark, prefixAck} {
+		lo, hi := prefixRange(id32Prefix(p, cursorID))
+		_ = b.b.DeleteRange(lo, hi, nil)
+	}
+}
+
+func (s *Store) loadMembers(snap *core.Snapshot) error {
+	lo, hi := prefixRange([]byte{prefixMember})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) < 5 || len(v) != 4 {
+			return errCorrupt
+		}
+		snap.Members = append(snap.Members, core.MemberRecord{SubID: be.Uint32(k[1:]), ConsumerID: string(k[5:]), CursorID: be.Uint32(v)})
+	}
+	return it.Error()
+}
+
+func (b *batch) DeleteCursorQueue(cursorID, queueID uint32) {
+	lo := ackKey(cursorID, queueID, 0)
+	_ = b.b.DeleteRange(lo, ackKey(cursorID, queueID+1, 0), nil)
 }

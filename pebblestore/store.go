@@ -145,6 +145,9 @@ func (s *Store) Load() (*core.Snapshot, error) {
 		if err := s.loadParked(snap); err != nil {
 			return err
 		}
+		if err := s.loadMembers(snap); err != nil {
+			return err
+		}
 		return s.loadNextSeq(snap)
 	})
 	if err != nil {
@@ -313,6 +316,7 @@ func (s *Store) ScanQueue(topicID, queueID uint32, from, to uint64, fn func(core
 				StoredAtMs: int64(be.Uint64(v[8:])),
 				TagHash:    be.Uint32(v[16:]),
 				Size:       be.Uint32(v[20:]),
+				KeyHash:    be.Uint32(v[24:]),
 			}
 			if !fn(e) {
 				break

@@ -1,0 +1,364 @@
+package core
+
+import (
+	"container/heap"
+	"time"
+)
+
+// A cursor is one consumer position over a topic: the subscription's for
+// clustering mode, one per consumer for broadcast mode. Its id names its
+// durable state (watermarks, acks, parked retries) and appears in receipt
+// handles. All fields are guarded by the subscription's mutex.
+type cursor struct {
+	id         uint32
+	consumerID string // broadcast members only
+	queues     []*subQueue
+	deliveries map[dkey]*delivery
+	leases     leaseHeap   // leased, and (orderly) suspended, deliveries by deadline
+	released   []*delivery // ready to go out again, oldest first
+	rr         int
+	nRetry     int64 // parked retries: waiting, ready or leased
+}
+
+// retryQueue is the queue id of deliveries of parked retries; their offset
+// is the parked record's id.
+const retryQueue = ^uint32(0)
+
+type dkey struct {
+	queue  uint32
+	offset uint64
+}
+
+// delivery is an outstanding message: leased, ready to go out again,
+// suspended (orderly: its key waits out a retry delay), or a parked retry
+// waiting for its timer.
+type delivery struct {
+	queue      uint32
+	offset     uint64
+	seq        uint64
+	keyHash    uint32
+	origQueue  uint32 // where the message lives in its topic (for history)
+	origOffset uint64
+	attempt    int // deliveries made so far
+	leaseID    uint64
+	deadline   int64 // Unix ms: lease end, or end of a suspension
+	leased     bool
+	suspended  bool
+	ready      bool  // in cursor.released
+	dueMs      int64 // parked retries: when the timer makes it ready
+	consumer   string
+	leasedAtMs int64
+	heapIndex  int
+}
+
+func (d *delivery) isRetry() bool { return d.queue == retryQueue }
+
+type subQueue struct {
+	id    uint32
+	acked uint64 // watermark: every offset below it is done
+	next  uint64 // cursor: offsets at or above it were never handed out
+	out   window // outstanding offsets in [acked, next)
+	nOut  int
+	// preAcked holds acks above the watermark restored at open: the cursor
+	// skips them when it gets there.
+	preAcked map[uint64]bool
+	// durableAcks are acks above the persisted watermark that are on disk.
+	durableAcks map[uint64]bool
+	persistedWM uint64
+	// keys holds, for orderly subscriptions, every sharding key with an
+	// outstanding message: its one head delivery and the later messages
+	// of the key the cursor passed while the head was out.
+	keys map[uint32]*keyState
+}
+
+type keyState struct {
+	head    *delivery
+	waiting []IndexEntry
+}
+
+func newCursor(id uint32, consumerID string) *cursor {
+	return &cursor{id: id, consumerID: consumerID, deliveries: map[dkey]*delivery{}}
+}
+
+func newSubQueue(id uint32, start uint64) *subQueue {
+	return &subQueue{id: id, acked: start, next: start, persistedWM: start,
+		preAcked: map[uint64]bool{}, durableAcks: map[uint64]bool{}, keys: map[uint32]*keyState{}}
+}
+
+func (c *cursor) growQueues(n int) {
+	for i := len(c.queues); i < n; i++ {
+		c.queues = append(c.queues, newSubQueue(uint32(i), 0))
+	}
+}
+
+// restore sets the queues from their durable positions.
+func (c *cursor) restore(n int, acks []QueueAcks) {
+	c.growQueues(n)
+	for _, a := range acks {
+		if int(a.QueueID) >= len(c.queues) {
+			continue
+		}
+		sq := c.queues[a.QueueID]
+		sq.acked, sq.next, sq.persistedWM = a.Watermark, a.Watermark, a.Watermark
+		for _, o := range a.Acked {
+			if o >= a.Watermark {
+				sq.preAcked[o] = true
+			}
+			sq.durableAcks[o] = true
+		}
+	}
+}
+
+// leaseWork is what one pull asks of a cursor.
+type leaseWork struct {
+	max       int
+	deadline  int64 // lease end
+	nowMs     int64
+	consumer  string
+	orderly   bool
+	filter    *tagFilter
+	maxRetry  int
+	delays    []time.Duration
+	maxLeases int
+}
+
+// leased is a handed-out delivery, read outside the lock.
+type leased struct {
+	queue   uint32
+	offset  uint64
+	seq     uint64
+	attempt int
+	leaseID uint64
+}
+
+func (c *cursor) take(s *subscription, w *leaseWork, d *delivery, out []leased) []leased {
+	d.ready, d.suspended = false, false
+	d.attempt++
+	d.leaseID = s.b.leaseIDs.Add(1)
+	d.deadline = w.deadline
+	d.leased = true
+	d.consumer = w.consumer
+	d.leasedAtMs = w.nowMs
+	heap.Push(&c.leases, d)
+	return append(out, leased{queue: d.queue, offset: d.offset, seq: d.seq, attempt: d.attempt, leaseID: d.leaseID})
+}
+
+// scan reads new index entries of one queue into deliveries.
+func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out []leased) ([]leased, error) {
+	if minOff := q.min.Load(); sq.next < minOff {
+		// Retention removed messages this cursor never got.
+		sq.next = minOff
+		c.advance(sq)
+	}
+	visible := q.next.Load()
+	if sq.next >= visible || sq.nOut >= w.maxLeases {
+		return out, nil
+	}
+	want := w.max - len(out)
+	if !w.filter.all() || w.orderly {
+		// A selective filter or busy keys may skip many entries; bound
+		// the scan so one pull's work stays small.
+		want = max(want, 4096)
+	}
+	limit := min(visible, sq.next+uint64(want))
+	err := s.b.store.ScanQueue(q.topicID, sq.id, sq.next, limit, func(e IndexEntry) bool {
+		sq.next = e.Offset + 1
+		if sq.preAcked[e.Offset] {
+			delete(sq.preAcked, e.Offset)
+			return true
+		}
+		if !w.filter.mayMatch(e.TagHash) {
+			return true
+		}
+		sq.out.set(e.Offset)
+		sq.nOut++
+		if w.orderly {
+			if ks := sq.keys[e.KeyHash]; ks != nil {
+				ks.waiting = append(ks.waiting, e)
+				return sq.nOut < w.maxLeases
+			}
+		}
+		d := newQueueDelivery(sq.id, e)
+		c.deliveries[dkey{sq.id, e.Offset}] = d
+		if w.orderly {
+			sq.keys[e.KeyHash] = &keyState{head: d}
+		}
+		out = c.take(s, w, d, out)
+		return len(out) < w.max && sq.nOut < w.maxLeases
+	})
+	// Offsets the filter skipped or that were acked already count as done.
+	c.advance(sq)
+	return out, err
+}
+
+func newQueueDelivery(queueID uint32, e IndexEntry) *delivery {
+	return &delivery{queue: queueID, offset: e.Offset, seq: e.Seq, keyHash: e.KeyHash,
+		origQueue: queueID, origOffset: e.Offset, heapIndex: -1}
+}
+
+// advance moves the watermark to the lowest outstanding offset.
+func (c *cursor) advance(sq *subQueue) bool {
+	wm := sq.next
+	if o, ok := sq.out.first(sq.acked); ok && o < wm {
+		wm = o
+	}
+	if wm <= sq.acked {
+		return false
+	}
+	sq.acked = wm
+	sq.out.trim(wm)
+	return true
+}
+
+// expire ends leases and suspensions that ran out by nowMs. A lease that
+// ran out is a failed attempt: it goes out again at once (clustering), or
+// its key is suspended for the retry delay (orderly); past maxRetries it
+// is returned to be dead-lettered. A suspension that ran out makes its
+// delivery ready.
+func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
+	for len(c.leases) > 0 && c.leases[0].deadline <= w.nowMs {
+		d := heap.Pop(&c.leases).(*delivery)
+		if d.suspended {
+			d.suspended = false
+			d.ready = true
+			c.released = append(c.released, d)
+			continue
+		}
+		d.leased = false
+		expired = append(expired, d)
+		switch {
+		case d.attempt >= w.maxRetry+1:
+			dead = append(dead, d)
+		case w.orderly && !d.isRetry():
+			c.suspend(d, w.nowMs+retryDelay(w.delays, d.attempt).Milliseconds())
+		default:
+			d.ready = true
+			c.released = append(c.released, d)
+		}
+	}
+	return expired, dead
+}
+
+// suspend holds an orderly delivery (and so its key) until untilMs.
+func (c *cursor) suspend(d *delivery, untilMs int64) {
+	if d.leased {
+		heap.Remove(&c.leases, d.heapIndex)
+		d.leased = false
+	}
+	d.ready = false
+	d.suspended = true
+	d.deadline = untilMs
+	heap.Push(&c.leases, d)
+}
+
+// done removes an outstanding delivery; for an orderly queue the next
+// message of its key becomes ready.
+func (c *cursor) done(d *delivery) {
+	if d.heapIndex >= 0 {
+		heap.Remove(&c.leases, d.heapIndex)
+	}
+	d.leased, d.suspended, d.ready = false, false, false
+	delete(c.deliveries, dkey{d.queue, d.offset})
+	if d.isRetry() {
+		c.nRetry--
+		return
+	}
+	sq := c.queues[d.queue]
+	sq.out.clear(d.offset)
+	sq.nOut--
+	if ks := sq.keys[d.keyHash]; ks != nil && ks.head == d {
+		if len(ks.waiting) == 0 {
+			delete(sq.keys, d.keyHash)
+			return
+		}
+		e := ks.waiting[0]
+		ks.waiting = ks.waiting[1:]
+		nd := newQueueDelivery(sq.id, e)
+		nd.ready = true
+		c.deliveries[dkey{sq.id, e.Offset}] = nd
+		ks.head = nd
+		c.released = append(c.released, nd)
+	}
+}
+
+// release gives a lease back without counting the attempt: the client
+// never saw the message.
+func (c *cursor) release(l leased) bool {
+	d := c.deliveries[dkey{l.queue, l.offset}]
+	if d == nil || d.leaseID != l.leaseID || !d.leased {
+		return false
+	}
+	heap.Remove(&c.leases, d.heapIndex)
+	d.leased = false
+	d.attempt--
+	d.ready = true
+	c.released = append([]*delivery{d}, c.released...)
+	return true
+}
+
+// ackWrites makes acks of queue offsets durable: the new watermark of each
+// touched queue, acks above it, and the acks it has passed.
+func (c *cursor) ackWrites(batch []func(Batch), touched map[uint32][]uint64) []func(Batch) {
+	for qid, offsets := range touched {
+		sq := c.queues[qid]
+		c.advance(sq)
+		id := c.id
+		var put, del []uint64
+		setWM, wm := false, sq.acked
+		if sq.acked != sq.persistedWM {
+			setWM = true
+			sq.persistedWM = sq.acked
+			for o := range sq.durableAcks {
+				if o < sq.acked {
+					del = append(del, o)
+					delete(sq.durableAcks, o)
+				}
+			}
+		}
+		for _, o := range offsets {
+			if o >= sq.acked && !sq.durableAcks[o] {
+				put = append(put, o)
+				sq.durableAcks[o] = true
+			}
+		}
+		if setWM || len(put) > 0 || len(del) > 0 {
+			batch = append(batch, func(b Batch) {
+				if setWM {
+					b.PutAckWatermark(id, qid, wm)
+				}
+				for _, o := range put {
+					b.PutAck(id, qid, o)
+				}
+				for _, o := range del {
+					b.DeleteAck(id, qid, o)
+				}
+			})
+		}
+	}
+	return batch
+}
+
+// leaseHeap orders leased and suspended deliveries by deadline.
+type leaseHeap []*delivery
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIndex, h[j].heapIndex = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	d := x.(*delivery)
+	d.heapIndex = len(*h)
+	*h = append(*h, d)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	d.heapIndex = -1
+	return d
+}
+
+var _ heap.Interface = (*leaseHeap)(nil)
