@@ -9,6 +9,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults applied where an Options or request field is zero.
@@ -43,6 +46,15 @@ type Options struct {
 	// ConsumerExpiry is how long a consumer that stopped pulling stays in
 	// subscription stats (default 2 minutes).
 	ConsumerExpiry time.Duration
+	// TracerProvider records the spans of every message's life; nil
+	// records nothing.
+	TracerProvider trace.TracerProvider
+	// MeterProvider records broker metrics; nil records nothing.
+	MeterProvider metric.MeterProvider
+	// Notifier receives alert changes; nil only logs them.
+	Notifier Notifier
+	// AlertInterval is how often alert thresholds are checked (default 5s).
+	AlertInterval time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -63,6 +75,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.ConsumerExpiry <= 0 {
 		o.ConsumerExpiry = 2 * time.Minute
+	}
+	if o.AlertInterval <= 0 {
+		o.AlertInterval = 5 * time.Second
 	}
 }
 
@@ -107,6 +122,8 @@ type Broker struct {
 	ids         atomic.Uint64
 	timers      *timerWake
 	timerCursor atomic.Int64
+
+	tel *telemetry
 
 	leaseIDs atomic.Uint64
 	// leaseBase is the first lease id of this run: a handle at or below it
@@ -232,8 +249,12 @@ func New(store Store, opts Options) (*Broker, error) {
 		c.nRetry++
 	}
 	b.restoreDedup(snap.Dedup, nowMs)
+	if b.tel, err = newTelemetry(b, opts.TracerProvider, opts.MeterProvider); err != nil {
+		return nil, fmt.Errorf("core: telemetry: %w", err)
+	}
 	b.wg.Go(b.appendLoop)
 	b.wg.Go(b.timerLoop)
+	b.wg.Go(b.alertLoop)
 	return b, nil
 }
 
@@ -254,6 +275,9 @@ func (b *Broker) Close() error {
 	b.StopPolling()
 	close(b.closing)
 	b.wg.Wait()
+	if b.tel.registered != nil {
+		return b.tel.registered.Unregister()
+	}
 	return nil
 }
 
@@ -518,3 +542,9 @@ func (b *Broker) Ready() error {
 }
 
 var errStopped = errors.New("appender stopped")
+
+func (b *Broker) topicName(t *topic) string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return t.rec.Name
+}

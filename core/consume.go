@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
@@ -36,6 +40,9 @@ type Delivered struct {
 	Topic         string
 	Attempt       int
 	ReceiptHandle string
+	// Traceparent is the delivery span's context, for the consumer to
+	// continue the message's trace.
+	Traceparent string
 }
 
 // Pull leases up to MaxMessages ready messages to the caller. With Wait > 0
@@ -115,14 +122,18 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 		} else {
 			timer.Reset(wait)
 		}
+		b.tel.longPolls.Add(1)
 		select {
 		case <-*ready:
 		case <-timer.C:
 		case <-ctx.Done():
+			b.tel.longPolls.Add(-1)
 			return nil, nil
 		case <-b.polling:
+			b.tel.longPolls.Add(-1)
 			return nil, nil
 		}
+		b.tel.longPolls.Add(-1)
 	}
 }
 
@@ -198,6 +209,7 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 	}
 	writes := make([]func(Batch), 0, len(expired))
 	for _, d := range expired {
+		s.b.tel.event(d.trace, SpanLeaseExpired, time.UnixMilli(w.nowMs), s.settleAttrs(d)...)
 		if d.attempt < w.maxRetry+1 {
 			h := s.history(c, d, OutcomeLeaseExpired, "lease expired", w.nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
@@ -225,10 +237,14 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased) ([]Del
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
 	s.mu.Lock()
-	filter := s.filter
+	filter, group := s.filter, s.rec.Group
 	s.mu.Unlock()
 	out := make([]Delivered, 0, len(got))
+	traces := make([]trace.SpanContext, 0, len(got))
+	kept := make([]leased, 0, len(got))
 	var drop []leased
+	now := b.now()
+	var bytes int64
 	for _, l := range got {
 		m, err := b.readLeased(l)
 		if errors.Is(err, ErrMessageNotFound) {
@@ -243,14 +259,33 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased) ([]Del
 			drop = append(drop, l)
 			continue
 		}
+		parent := trace.SpanContextFromContext(remoteContext(m.Traceparent))
+		sc := parent
+		if b.tel.tracing {
+			attrs := append(messageAttrs(topicName, m), attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, c.consumerID)...)
+			sc = b.tel.event(parent, SpanDeliver, now, attrs...)
+		}
+		traces = append(traces, sc)
+		kept = append(kept, l)
+		bytes += int64(len(m.Body))
 		out = append(out, Delivered{
-			Message: m, Topic: topicName, Attempt: l.attempt,
+			Message: m, Topic: topicName, Attempt: l.attempt, Traceparent: formatTraceparent(sc),
 			ReceiptHandle: receipt{subID: c.id, queueID: l.queue, offset: l.offset, leaseID: l.leaseID}.String(),
 		})
 	}
 	if len(drop) > 0 {
 		s.dropLeases(c, drop)
 	}
+	s.mu.Lock()
+	for i, l := range kept {
+		if d := c.deliveries[dkey{l.queue, l.offset}]; d != nil && d.leaseID == l.leaseID {
+			d.msgID, d.trace = out[i].Message.ID, traces[i]
+		}
+	}
+	s.mu.Unlock()
+	attrs := metric.WithAttributes(attribute.String("topic", topicName), attribute.String("group", group))
+	b.tel.msgsOut.Add(context.Background(), int64(len(out)), attrs)
+	b.tel.bytesOut.Add(context.Background(), bytes, attrs)
 	return out, nil
 }
 

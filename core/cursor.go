@@ -3,6 +3,8 @@ package core
 import (
 	"container/heap"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // A cursor is one consumer position over a topic: the subscription's for
@@ -49,6 +51,10 @@ type delivery struct {
 	consumer   string
 	leasedAtMs int64
 	heapIndex  int
+	// Known once the message was read for its first delivery: its id, and
+	// the span context its later spans (ack, nack, …) are children of.
+	msgID string
+	trace trace.SpanContext
 }
 
 func (d *delivery) isRetry() bool { return d.queue == retryQueue }

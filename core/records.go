@@ -32,6 +32,7 @@ type SubscriptionRecord struct {
 	StartFrom   string          `json:"startFrom"`
 	RetryDelays []time.Duration `json:"retryDelays"`
 	CreatedAtMs int64           `json:"createdAtMs"`
+	Alerts      *AlertConfig    `json:"alerts,omitempty"`
 }
 
 // Message is one stored message. Times are Unix milliseconds.

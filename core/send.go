@@ -3,11 +3,16 @@ package core
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Limits of SPEC §2.
@@ -95,9 +100,47 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 			m.QueueID = t.rr.Add(1) % nq
 		}
 	}
+	now := b.now()
+	var spans []trace.Span
+	if b.tel.tracing {
+		// One span per message: each message is one trace (or joins the
+		// producer's), and its stored traceparent parents every later step.
+		spans = make([]trace.Span, len(msgs))
+		for i, m := range msgs {
+			_, spans[i] = b.tel.tracer.Start(ctx, SpanSend, trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now))
+			m.Traceparent = formatTraceparent(spans[i].SpanContext())
+		}
+	} else if tp := formatTraceparent(trace.SpanContextFromContext(ctx)); tp != "" {
+		for _, m := range msgs {
+			m.Traceparent = tp
+		}
+	}
 	req := &request{kind: reqAppend, topic: t, msgs: msgs}
-	if err := b.submit(ctx, req); err != nil {
+	err = b.submit(ctx, req)
+	for i, sp := range spans {
+		m := msgs[i]
+		sp.SetAttributes(messageAttrs(topicName, m)...)
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		} else {
+			r := req.results[i]
+			sp.SetAttributes(attribute.Bool("tidemq.duplicate", r.Duplicate), attribute.Bool("tidemq.delayed", r.Delayed))
+			if !r.Delayed {
+				sp.SetAttributes(attribute.String("messaging.message.offset", strconv.FormatUint(r.Offset, 10)))
+			}
+		}
+		sp.End()
+	}
+	if err != nil {
 		return nil, err
 	}
+	var bytes int64
+	for _, m := range msgs {
+		bytes += int64(len(m.Body))
+	}
+	attrs := metric.WithAttributes(attribute.String("topic", topicName))
+	b.tel.msgsIn.Add(ctx, int64(len(msgs)), attrs)
+	b.tel.bytesIn.Add(ctx, bytes, attrs)
 	return req.results, nil
 }

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type settleKind int
@@ -154,13 +157,21 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 		}
 		if d.leased {
 			var ho byte
+			var span string
 			switch outcome {
 			case settleAck:
-				ho = OutcomeAck
+				ho, span = OutcomeAck, SpanAck
 			case settleNack:
-				ho = OutcomeNack
+				ho, span = OutcomeNack, SpanNack
 			default:
-				ho = OutcomeDeadLetter
+				ho, span = OutcomeDeadLetter, SpanDead
+			}
+			if b.tel.tracing {
+				attrs := s.settleAttrs(d)
+				if reason != "" {
+					attrs = append(attrs, attribute.String("tidemq.reason", reason))
+				}
+				b.tel.event(d.trace, span, time.UnixMilli(nowMs), attrs...)
 			}
 			h := s.history(c, d, ho, reason, nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
@@ -186,6 +197,9 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				touched[d.queue] = append(touched[d.queue], d.offset)
 			}
 		case settleDead:
+			if !d.leased && b.tel.tracing {
+				b.tel.event(d.trace, SpanDead, time.UnixMilli(nowMs), append(s.settleAttrs(d), attribute.String("tidemq.reason", reason))...)
+			}
 			dead := &Dead{ID: b.ids.Add(1), SubID: subID, CursorID: c.id, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
 			c.done(d)
 			s.nDead++
@@ -214,7 +228,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				c.done(d)
 				touched[d.queue] = append(touched[d.queue], d.offset)
 				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
-					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1}
+					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1, msgID: d.msgID, trace: d.trace}
 				c.deliveries[dkey{retryQueue, parked.ID}] = nd
 				c.nRetry++
 				d = nd
@@ -407,7 +421,11 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			b.PutParked(p)
 		})
 		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs,
-			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset}
+			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: d.Msg.ID}
+		if b.tel.tracing {
+			nd.trace = b.tel.event(trace.SpanContextFromContext(remoteContext(d.Msg.Traceparent)), SpanRedrive,
+				time.UnixMilli(nowMs), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
+		}
 		c.deliveries[dkey{retryQueue, p.ID}] = nd
 		c.released = append(c.released, nd)
 		c.nRetry++
@@ -424,4 +442,14 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 	s.wake()
 	b.log.Info("dead messages redriven", "topic", topicName, "group", group, "count", redriven)
 	return redriven, nil
+}
+
+// settleAttrs are the attributes of a settle span of a delivery.
+func (s *subscription) settleAttrs(d *delivery) []attribute.KeyValue {
+	topic := s.b.topicName(s.topic)
+	attrs := attemptAttrs(topic, s.rec.Group, d.origQueue, d.origOffset, d.attempt, d.consumer)
+	if d.msgID != "" {
+		attrs = append(attrs, attribute.String("messaging.message.id", d.msgID))
+	}
+	return attrs
 }

@@ -32,6 +32,7 @@ type SubscriptionConfig struct {
 	MaxRetries  *int
 	StartFrom   string
 	RetryDelays []time.Duration
+	Alerts      *AlertConfig
 }
 
 type subscription struct {
@@ -173,6 +174,17 @@ func validateSubscriptionConfig(cfg SubscriptionConfig) (SubscriptionConfig, err
 			return cfg, invalid(fmt.Sprintf("/retryDelays/%d", i), "must be between 0s and 24h")
 		}
 	}
+	if a := cfg.Alerts; a != nil {
+		if a.MaxLag != nil && *a.MaxLag < 0 {
+			return cfg, invalid("/alerts/maxLag", "must not be negative")
+		}
+		if a.MaxDLQ != nil && *a.MaxDLQ < 0 {
+			return cfg, invalid("/alerts/maxDlq", "must not be negative")
+		}
+		if a.WebhookURL != "" && !strings.HasPrefix(a.WebhookURL, "http://") && !strings.HasPrefix(a.WebhookURL, "https://") {
+			return cfg, invalid("/alerts/webhookUrl", "must be an http or https URL")
+		}
+	}
 	switch cfg.StartFrom {
 	case "":
 		cfg.StartFrom = "earliest"
@@ -218,7 +230,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 			return SubscriptionInfo{}, false, fmt.Errorf("%w: %s/%s is %s (orderly=%t); mode and orderly cannot change, delete and re-create it",
 				ErrModeConflict, topicName, group, rec.Mode, rec.Orderly)
 		}
-		rec.Filter, rec.MaxRetries, rec.RetryDelays = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays
+		rec.Filter, rec.MaxRetries, rec.RetryDelays, rec.Alerts = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays, cfg.Alerts
 		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutSubscription(&rec) }}); err != nil {
 			return SubscriptionInfo{}, false, err
 		}
@@ -232,7 +244,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	rec := &SubscriptionRecord{
 		ID: b.lastSub + 1, TopicID: t.rec.ID, Group: group, Mode: cfg.Mode, Orderly: cfg.Orderly,
 		Filter: cfg.Filter, MaxRetries: *cfg.MaxRetries, StartFrom: cfg.StartFrom,
-		RetryDelays: cfg.RetryDelays, CreatedAtMs: b.now().UnixMilli(),
+		RetryDelays: cfg.RetryDelays, CreatedAtMs: b.now().UnixMilli(), Alerts: cfg.Alerts,
 	}
 	s, err := newSubscription(b, t, rec)
 	if err != nil {

@@ -3,7 +3,10 @@ package core
 import (
 	"container/heap"
 	"context"
+
 	"errors"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"time"
 )
@@ -186,6 +189,13 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 		if fired {
 			d.ready = true
 			c.released = append(c.released, d)
+			if !d.trace.IsValid() {
+				d.trace = trace.SpanContextFromContext(remoteContext(p.Msg.Traceparent))
+				d.msgID = p.Msg.ID
+			}
+			if b.tel.tracing {
+				b.tel.event(d.trace, SpanRetry, b.now(), append(s.settleAttrs(d), attribute.String("tidemq.reason", p.Reason))...)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -223,8 +233,12 @@ func (b *Broker) appendDelayed(ps []*Parked) error {
 			continue
 		}
 		msgs := make([]*Message, len(ps))
+		now := b.now()
 		for i, p := range ps {
 			m := p.Msg
+			if b.tel.tracing {
+				b.tel.event(trace.SpanContextFromContext(remoteContext(m.Traceparent)), SpanDelayFire, now, messageAttrs(t.rec.Name, m)...)
+			}
 			m.TopicID = topicID
 			if m.QueueID >= nq {
 				m.QueueID %= nq

@@ -134,12 +134,19 @@ func messageOut(topic string, m *core.Message) messageJSON {
 }
 
 type subscriptionRequest struct {
-	Mode        string   `json:"mode"`
-	Orderly     bool     `json:"orderly"`
-	Filter      string   `json:"filter"`
-	MaxRetries  *int     `json:"maxRetries"`
-	StartFrom   string   `json:"startFrom"`
-	RetryDelays []string `json:"retryDelays"`
+	Mode        string      `json:"mode"`
+	Orderly     bool        `json:"orderly"`
+	Filter      string      `json:"filter"`
+	MaxRetries  *int        `json:"maxRetries"`
+	StartFrom   string      `json:"startFrom"`
+	RetryDelays []string    `json:"retryDelays"`
+	Alerts      *alertsJSON `json:"alerts"`
+}
+
+type alertsJSON struct {
+	MaxLag     *int64  `json:"maxLag"`
+	MaxDlq     *int64  `json:"maxDlq"`
+	WebhookURL *string `json:"webhookUrl"`
 }
 
 type subQueueJSON struct {
@@ -172,6 +179,7 @@ type subscriptionJSON struct {
 	Retrying    int64          `json:"retrying"`
 	DLQ         int64          `json:"dlq"`
 	Consumers   []consumerJSON `json:"consumers"`
+	Alerts      *alertsJSON    `json:"alerts,omitempty"`
 }
 
 func subscriptionOut(s core.SubscriptionInfo) subscriptionJSON {
@@ -180,6 +188,12 @@ func subscriptionOut(s core.SubscriptionInfo) subscriptionJSON {
 		Filter: s.Config.Filter, MaxRetries: s.Config.MaxRetries, StartFrom: s.Config.StartFrom,
 		CreatedAt: Time(s.CreatedAt), Lag: s.Lag, Inflight: s.Inflight, Retrying: s.Retrying, DLQ: s.DLQ,
 		Queues: make([]subQueueJSON, len(s.Queues)), Consumers: make([]consumerJSON, len(s.Consumers)),
+	}
+	if a := s.Config.Alerts; a != nil {
+		out.Alerts = &alertsJSON{MaxLag: a.MaxLag, MaxDlq: a.MaxDLQ}
+		if a.WebhookURL != "" {
+			out.Alerts.WebhookURL = &a.WebhookURL
+		}
 	}
 	for _, d := range s.Config.RetryDelays {
 		out.RetryDelays = append(out.RetryDelays, formatDelay(d))

@@ -21,6 +21,12 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request, body []
 		Mode: req.Mode, Orderly: req.Orderly, Filter: req.Filter,
 		MaxRetries: req.MaxRetries, StartFrom: req.StartFrom,
 	}
+	if a := req.Alerts; a != nil {
+		cfg.Alerts = &core.AlertConfig{MaxLag: a.MaxLag, MaxDLQ: a.MaxDlq}
+		if a.WebhookURL != nil {
+			cfg.Alerts.WebhookURL = *a.WebhookURL
+		}
+	}
 	for i, d := range req.RetryDelays {
 		dur, err := parseDelay(d)
 		if err != nil {
@@ -98,6 +104,9 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 		out.Messages[i] = messageOut(d.Topic, d.Message)
 		out.Messages[i].DeliveryAttempt = d.Attempt
 		out.Messages[i].ReceiptHandle = d.ReceiptHandle
+		if d.Traceparent != "" {
+			out.Messages[i].Traceparent = d.Traceparent
+		}
 	}
 	// A client that went away gets its leases back at once instead of after
 	// invisibleSeconds: it never saw the messages.

@@ -76,26 +76,9 @@ func isRaw(r *http.Request) bool {
 }
 
 func stampProducer(m *core.Message, r *http.Request) {
+	// The trace context itself travels in r's context: the broker stores
+	// the send span's (or the producer's) traceparent with the message.
 	m.ProducerGroup = r.Header.Get("X-Producer-Group")
-	if tp := r.Header.Get("traceparent"); validTraceparent(tp) {
-		m.Traceparent = tp
-	}
-}
-
-// validTraceparent accepts the W3C form 00-<32 hex>-<16 hex>-<2 hex>.
-func validTraceparent(tp string) bool {
-	if len(tp) != 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' {
-		return false
-	}
-	for i, c := range tp {
-		if i == 2 || i == 35 || i == 52 {
-			continue
-		}
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // jsonMessage turns one JSON send entry into a message; pointer prefixes

@@ -24,6 +24,14 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/klauspost/compress/zstd"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tidemq/tidemq"
 	"github.com/tidemq/tidemq/core"
@@ -40,6 +48,12 @@ type Options struct {
 	// MaxMessageBytes caps one message body (default 4 MiB); keep it equal
 	// to the broker's.
 	MaxMessageBytes int
+	// MeterProvider records HTTP and operation latency metrics; nil
+	// records nothing.
+	MeterProvider metric.MeterProvider
+	// Metrics serves /metrics (the Prometheus exposition); nil serves an
+	// empty one.
+	Metrics http.Handler
 }
 
 // Server is the HTTP front of a broker.
@@ -48,9 +62,11 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	mux      *chi.Mux
+	handler  http.Handler
 	doc      *openapi3.T
 	oaRouter routers.Router
 	reqIDs   atomic.Uint64
+	latency  metric.Float64Histogram
 }
 
 // New builds the HTTP handler over a broker.
@@ -72,8 +88,27 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: openapi router: %w", err)
 	}
+	if opts.MeterProvider == nil {
+		opts.MeterProvider = metricnoop.NewMeterProvider()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
+	}
 	s := &Server{b: b, opts: opts, log: opts.Logger.With("component", "gateway"), doc: doc, oaRouter: oaRouter}
+	s.latency, err = opts.MeterProvider.Meter("github.com/tidemq/tidemq/gateway").Float64Histogram(
+		"tidemq.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to answer a send, batch send, pull or ack, per operation and topic."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
 	s.mux = s.routes()
+	// HTTP server metrics only: message spans are made by the broker, and
+	// a span per long poll would bury them.
+	s.handler = otelhttp.NewHandler(s.mux, "tidemq",
+		otelhttp.WithMeterProvider(opts.MeterProvider),
+		otelhttp.WithTracerProvider(tracenoop.NewTracerProvider()),
+		otelhttp.WithPropagators(propagation.TraceContext{}))
 	return s, nil
 }
 
@@ -91,7 +126,7 @@ func LoadSpec() (*openapi3.T, error) {
 	return doc, nil
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
 // Mux exposes the router, so tests can walk its routes.
 func (s *Server) Mux() *chi.Mux { return s.mux }
@@ -112,13 +147,17 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/healthz", s.healthz)
 	m.Get("/readyz", s.readyz)
 	m.Get("/openapi.yaml", s.openapiYAML)
+	m.Get("/", s.console)
+	m.Get("/docs", s.docs)
+	m.Get("/console/*", s.consoleAssets)
+	m.Get("/metrics", s.opts.Metrics.ServeHTTP)
 
 	m.Get("/v1/topics", s.api(s.listTopics))
 	m.Put("/v1/topics/{topic}", s.api(s.putTopic))
 	m.Get("/v1/topics/{topic}", s.api(s.getTopic))
 	m.Delete("/v1/topics/{topic}", s.api(s.deleteTopic))
-	m.Post("/v1/topics/{topic}/messages", s.api(s.send))
-	m.Post("/v1/topics/{topic}/messages:batch", s.api(s.sendBatch))
+	m.Post("/v1/topics/{topic}/messages", s.api(s.timed("send", s.send)))
+	m.Post("/v1/topics/{topic}/messages:batch", s.api(s.timed("batch_send", s.sendBatch)))
 	m.Get("/v1/topics/{topic}/messages", s.api(s.queryMessages))
 	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(s.getMessage))
 
@@ -126,8 +165,8 @@ func (s *Server) routes() *chi.Mux {
 	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(s.putSubscription))
 	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(s.getSubscription))
 	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(s.deleteSubscription))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(s.pull))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(s.ack))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(s.timed("pull", s.pull)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(s.timed("ack", s.ack)))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(s.nack))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(s.extend))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(s.deadLetter))
@@ -147,6 +186,17 @@ func (s *Server) api(h handlerFunc) http.HandlerFunc {
 	}
 }
 
+// timed records how long an operation took to answer.
+func (s *Server) timed(op string, h handlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, body []byte) error {
+		start := time.Now()
+		err := h(w, r, body)
+		s.latency.Record(r.Context(), time.Since(start).Seconds(), metric.WithAttributes(
+			attribute.String("operation", op), attribute.String("topic", chi.URLParam(r, "topic"))))
+		return err
+	}
+}
+
 func (s *Server) prepare(w http.ResponseWriter, r *http.Request, h handlerFunc) error {
 	for _, p := range []struct{ param, kind string }{{"topic", "topic"}, {"group", "group"}} {
 		if v := chi.URLParam(r, p.param); v != "" {
@@ -161,6 +211,10 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, h handlerFunc) 
 	}
 	if err := s.validate(r, body); err != nil {
 		return err
+	}
+	// A producer's or consumer's traceparent joins its trace.
+	if r.Header.Get("traceparent") != "" {
+		r = r.WithContext(propagation.TraceContext{}.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	}
 	return h(w, r, body)
 }

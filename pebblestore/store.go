@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -33,6 +34,8 @@ type Store struct {
 	db     *pebble.DB
 	mu     sync.RWMutex // guards closed against Close racing with reads
 	closed bool
+
+	writeStalls atomic.Int64
 }
 
 // Open opens (or creates) a store in dir.
@@ -58,6 +61,13 @@ func Open(dir string, opts Options) (*Store, error) {
 		Logger:                      quietLogger{opts.Logger},
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	s := &Store{}
+	po.EventListener = &pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			s.writeStalls.Add(1)
+			quietLogger{opts.Logger}.logger().Warn("pebble write stall", "reason", info.Reason)
+		},
+	}
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
@@ -65,7 +75,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
-	return &Store{db: db}, nil
+	s.db = db
+	return s, nil
 }
 
 // quietLogger routes Pebble's informational chatter to slog at debug level.
@@ -372,3 +383,18 @@ func (s *Store) OffsetAtTime(topicID, queueID uint32, timeMs int64) (uint64, boo
 }
 
 func msToTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// Stats reports store health for metrics.
+func (s *Store) Stats() core.StoreStats {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return core.StoreStats{}
+	}
+	m := s.db.Metrics()
+	return core.StoreStats{
+		DiskBytes:   int64(m.DiskSpaceUsage()),
+		L0Sublevels: int64(m.Levels[0].Sublevels),
+		WriteStalls: s.writeStalls.Load(),
+	}
+}

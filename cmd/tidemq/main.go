@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/pebblestore"
+	"github.com/tidemq/tidemq/webhook"
 )
 
 type config struct {
@@ -31,6 +31,8 @@ type config struct {
 	maxMessageBytes int
 	logLevel        string
 	shutdownTimeout time.Duration
+	insecure        bool
+	jaegerUI        string
 }
 
 // parseConfig reads flags, each defaulting to its environment variable.
@@ -59,6 +61,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.IntVar(&c.maxMessageBytes, "max-message-bytes", maxMsg, "largest message body in bytes (TIDEMQ_MAX_MESSAGE_BYTES)")
 	fs.StringVar(&c.logLevel, "log-level", env("TIDEMQ_LOG_LEVEL", "info"), "debug, info, warn or error (TIDEMQ_LOG_LEVEL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
+	fs.BoolVar(&c.insecure, "insecure", env("TIDEMQ_INSECURE", "") == "true", "allow listening beyond loopback without --tokens (TIDEMQ_INSECURE)")
+	fs.StringVar(&c.jaegerUI, "jaeger-ui", env("TIDEMQ_JAEGER_UI", ""), "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -72,7 +76,23 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if c.tokens != "" {
 		problems = append(problems, errors.New("--tokens is not supported yet by this build; run without it on loopback"))
 	}
+	if !c.insecure && c.tokens == "" && !loopback(c.addr) {
+		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.addr))
+	}
 	return c, errors.Join(problems...)
+}
+
+// loopback reports whether addr listens on loopback only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func main() {
@@ -102,20 +122,27 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.data, 0o755); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
+	tel, err := setupTelemetry(ctx, os.Getenv)
+	if err != nil {
+		return err
+	}
 	store, err := pebblestore.Open(cfg.data, pebblestore.Options{Logger: log})
 	if err != nil {
 		return err
 	}
+	notifier := webhook.New(webhook.Options{Logger: log})
 	broker, err := core.New(store, core.Options{
 		Logger: log, AutoCreate: cfg.autoCreate, NoSync: cfg.fsync == "never",
-		MaxMessageBytes: cfg.maxMessageBytes,
+		MaxMessageBytes: cfg.maxMessageBytes, TracerProvider: tel.tracerProvider,
+		MeterProvider: tel.meterProvider, Notifier: notifier,
 	})
 	if err != nil {
-		return errors.Join(err, store.Close())
+		return errors.Join(err, notifier.Close(), store.Close())
 	}
-	handler, err := gateway.New(broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.maxMessageBytes})
+	handler, err := gateway.New(broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.maxMessageBytes,
+		MeterProvider: tel.meterProvider, Metrics: tel.metrics})
 	if err != nil {
-		return errors.Join(err, broker.Close(), store.Close())
+		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
 	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -131,14 +158,14 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("tidemq listening", "addr", ln.Addr().String(), "data", cfg.data, "fsync", cfg.fsync,
-		"auto_create", cfg.autoCreate, "console", "http://"+ln.Addr().String()+"/")
-	if !strings.HasPrefix(ln.Addr().String(), "127.") && !strings.HasPrefix(ln.Addr().String(), "[::1]") {
-		log.Warn("listening beyond loopback without tokens: anyone who can reach this port can use the broker")
+		"auto_create", cfg.autoCreate, "tracing", tracingEnabled(os.Getenv), "console", "http://"+ln.Addr().String()+"/")
+	if !loopback(ln.Addr().String()) {
+		log.Warn("listening beyond loopback without tokens (--insecure): anyone who can reach this port can use the broker")
 	}
 
 	select {
 	case err := <-serveErr:
-		return errors.Join(err, broker.Close(), store.Close())
+		return errors.Join(err, broker.Close(), notifier.Close(), store.Close(), tel.close(context.Background()))
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: answering parked pulls, draining requests")
@@ -149,7 +176,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if errors.Is(shutdownErr, context.DeadlineExceeded) {
 		shutdownErr = errors.Join(shutdownErr, srv.Close())
 	}
-	err = errors.Join(shutdownErr, broker.Close(), store.Close())
+	err = errors.Join(shutdownErr, broker.Close(), notifier.Close(), store.Close(), tel.close(sctx))
 	if err == nil {
 		log.Info("tidemq stopped cleanly")
 	}

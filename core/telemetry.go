@@ -1,0 +1,202 @@
+package core
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+)
+
+const instrumentationName = "github.com/tidemq/tidemq/core"
+
+// Span names of a message's life (SPEC §3).
+const (
+	SpanSend         = "tidemq.send"
+	SpanDeliver      = "tidemq.deliver"
+	SpanAck          = "tidemq.ack"
+	SpanNack         = "tidemq.nack"
+	SpanDead         = "tidemq.dead"
+	SpanLeaseExpired = "tidemq.lease_expired"
+	SpanRetry        = "tidemq.retry"
+	SpanRedrive      = "tidemq.redrive"
+	SpanDelayFire    = "tidemq.delay.fire"
+)
+
+// telemetry holds the broker's tracer and instruments. Spans are exported
+// by whatever TracerProvider the caller gave (a batch processor in the
+// binary), so recording one never waits for the network.
+type telemetry struct {
+	tracer     trace.Tracer
+	tracing    bool
+	msgsIn     metric.Int64Counter
+	bytesIn    metric.Int64Counter
+	msgsOut    metric.Int64Counter
+	bytesOut   metric.Int64Counter
+	alerts     metric.Int64Counter
+	longPolls  atomic.Int64
+	registered metric.Registration
+}
+
+func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
+	t := &telemetry{}
+	if tp == nil {
+		tp = tracenoop.NewTracerProvider()
+	}
+	_, isNoop := tp.(tracenoop.TracerProvider)
+	t.tracing = !isNoop
+	t.tracer = tp.Tracer(instrumentationName)
+	if mp == nil {
+		mp = metricnoop.NewMeterProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	var err error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		if err != nil {
+			return nil
+		}
+		var c metric.Int64Counter
+		c, err = m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return c
+	}
+	t.msgsIn = counter("tidemq.messages.in", "{message}", "Messages stored, per topic.")
+	t.bytesIn = counter("tidemq.bytes.in", "By", "Message body bytes stored, per topic.")
+	t.msgsOut = counter("tidemq.messages.out", "{message}", "Messages delivered, per topic and group.")
+	t.bytesOut = counter("tidemq.bytes.out", "By", "Message body bytes delivered, per topic and group.")
+	t.alerts = counter("tidemq.alerts", "{alert}", "Alert changes, per alert and status.")
+	if err != nil {
+		return nil, err
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		if err != nil {
+			return nil
+		}
+		var g metric.Int64ObservableGauge
+		g, err = m.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return g
+	}
+	lag := gauge("tidemq.subscription.lag", "{message}", "Messages stored and not yet acked, per subscription.")
+	inflight := gauge("tidemq.subscription.inflight", "{message}", "Messages leased to consumers, per subscription.")
+	retrying := gauge("tidemq.subscription.retrying", "{message}", "Messages waiting for a retry, per subscription.")
+	dlq := gauge("tidemq.subscription.dlq", "{message}", "Messages in the dead-letter queue, per subscription.")
+	parked := gauge("tidemq.long_polls.parked", "{request}", "Pulls waiting for messages.")
+	topicMsgs := gauge("tidemq.topic.messages", "{message}", "Messages retained, per topic.")
+	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
+	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
+	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
+	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
+	if err != nil {
+		return nil, err
+	}
+	t.registered, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		o.ObserveInt64(parked, t.longPolls.Load())
+		for _, ti := range b.ListTopics() {
+			attrs := metric.WithAttributes(attribute.String("topic", ti.Name))
+			o.ObserveInt64(topicMsgs, ti.Messages, attrs)
+			o.ObserveInt64(topicBytes, ti.Bytes, attrs)
+			subs, _ := b.ListSubscriptions(ti.Name)
+			for _, s := range subs {
+				a := metric.WithAttributes(attribute.String("topic", ti.Name), attribute.String("group", s.Group))
+				o.ObserveInt64(lag, s.Lag, a)
+				o.ObserveInt64(inflight, s.Inflight, a)
+				o.ObserveInt64(retrying, s.Retrying, a)
+				o.ObserveInt64(dlq, s.DLQ, a)
+			}
+		}
+		if st, ok := b.store.(StatsReporter); ok {
+			stats := st.Stats()
+			o.ObserveInt64(storeBytes, stats.DiskBytes)
+			o.ObserveInt64(l0, stats.L0Sublevels)
+			o.ObserveInt64(stalls, stats.WriteStalls)
+		}
+		return nil
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls)
+	return t, err
+}
+
+// StatsReporter is implemented by stores that report their health.
+type StatsReporter interface {
+	Stats() StoreStats
+}
+
+// StoreStats is the store health the broker exports as metrics.
+type StoreStats struct {
+	DiskBytes   int64
+	L0Sublevels int64
+	WriteStalls int64
+}
+
+// messageAttrs are the messaging semantic-convention attributes of a message.
+func messageAttrs(topic string, m *Message) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 9)
+	attrs = append(attrs,
+		attribute.String("messaging.system", "tidemq"),
+		attribute.String("messaging.destination.name", topic),
+		attribute.String("messaging.message.id", m.ID),
+		attribute.Int("messaging.destination.partition.id", int(m.QueueID)),
+	)
+	if m.Tag != "" {
+		attrs = append(attrs, attribute.String("tidemq.tag", m.Tag))
+	}
+	if len(m.Keys) > 0 {
+		attrs = append(attrs, attribute.StringSlice("tidemq.keys", m.Keys))
+	}
+	if m.ShardingKey != "" {
+		attrs = append(attrs, attribute.String("tidemq.sharding_key", m.ShardingKey))
+	}
+	if m.ProducerGroup != "" {
+		attrs = append(attrs, attribute.String("tidemq.producer_group", m.ProducerGroup))
+	}
+	return attrs
+}
+
+var traceContext = propagation.TraceContext{}
+
+// remoteContext turns a stored traceparent into a parent context.
+func remoteContext(traceparent string) context.Context {
+	if traceparent == "" {
+		return context.Background()
+	}
+	return traceContext.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+}
+
+// formatTraceparent writes a span context in W3C form, "" when invalid.
+func formatTraceparent(sc trace.SpanContext) string {
+	if !sc.IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	traceContext.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
+	return c["traceparent"]
+}
+
+// event records one finished lifecycle step of a message as a span,
+// child of parent (the message's trace), at time at.
+func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, attrs ...attribute.KeyValue) trace.SpanContext {
+	if !t.tracing || !parent.IsValid() {
+		return parent
+	}
+	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
+	_, span := t.tracer.Start(ctx, name, trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	sc := span.SpanContext()
+	span.End(trace.WithTimestamp(at))
+	return sc
+}
+
+func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int, consumer string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("messaging.system", "tidemq"),
+		attribute.String("messaging.destination.name", topic),
+		attribute.String("messaging.consumer.group.name", group),
+		attribute.Int("messaging.destination.partition.id", int(queue)),
+		attribute.String("messaging.message.offset", strconv.FormatUint(offset, 10)),
+		attribute.Int("tidemq.delivery_attempt", attempt),
+		attribute.String("messaging.client.id", consumer),
+	}
+}
