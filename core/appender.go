@@ -40,19 +40,29 @@ type request struct {
 // submit hands r to the appender and waits until it is durable.
 func (b *Broker) submit(ctx context.Context, r *request) error {
 	r.done = make(chan error, 1)
+	if err := b.enqueue(ctx, r); err != nil {
+		return err
+	}
+	// Once queued, the request is applied whatever the caller does; waiting
+	// for it keeps the reply truthful.
+	return <-r.done
+}
+
+// enqueue hands r to the appender, or fails with ErrClosed once Close has
+// begun. The appender keeps reading until Close holds closeMu, so a sender
+// blocked on a full channel is always let through or refused.
+func (b *Broker) enqueue(ctx context.Context, r *request) error {
+	b.closeMu.RLock()
+	defer b.closeMu.RUnlock()
 	if b.closed.Load() {
 		return ErrClosed
 	}
 	select {
 	case b.requests <- r:
-	case <-b.closing:
-		return ErrClosed
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// Once queued, the request is applied whatever the caller does; waiting
-	// for it keeps the reply truthful.
-	return <-r.done
 }
 
 // appendLoop is the only writer: it drains waiting requests into one batch,

@@ -99,6 +99,9 @@ type Broker struct {
 	lastSub    uint32
 
 	requests chan *request
+	// closeMu makes queueing a request and Close exclude each other, so no
+	// request lands in the channel after the appender stopped reading it.
+	closeMu sync.RWMutex
 	// polling is closed by StopPolling: parked pulls answer at once and
 	// new pulls do not wait, while sends and acks still work.
 	polling     chan struct{}
@@ -269,11 +272,14 @@ func (b *Broker) StopPolling() {
 // appender finish what it has, and waits for it. It does not close the store,
 // which belongs to the caller. Close is idempotent.
 func (b *Broker) Close() error {
+	b.closeMu.Lock()
 	if b.closed.Swap(true) {
+		b.closeMu.Unlock()
 		return nil
 	}
 	b.StopPolling()
 	close(b.closing)
+	b.closeMu.Unlock()
 	b.wg.Wait()
 	if b.tel.registered != nil {
 		return b.tel.registered.Unregister()
@@ -520,7 +526,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	delete(b.topics, name)
 	delete(b.topicsByID, rec.ID)
 	for i, s := range subs {
-		delete(b.subsByID, s.rec.ID)
+		delete(b.subsByID, s.id)
 		for _, id := range perSub[i].cursorIDs {
 			delete(b.subsByID, id)
 		}

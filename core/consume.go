@@ -32,6 +32,9 @@ type PullRequest struct {
 	ConsumerID string
 	// ClientAddr names a clustering consumer that gave no ConsumerID.
 	ClientAddr string
+	// Push marks the broker's own push deliverer, the only puller a push
+	// subscription accepts.
+	Push bool
 }
 
 // Delivered is one leased message.
@@ -73,9 +76,15 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 	}
 	var c *cursor
 	s.mu.Lock()
-	broadcast := s.rec.Mode == ModeBroadcast
+	broadcast, push := s.rec.Mode == ModeBroadcast, s.rec.Push != nil
 	c = s.main
 	s.mu.Unlock()
+	if push != req.Push {
+		if push {
+			return nil, fmt.Errorf("%w: %s/%s is a push subscription: the broker delivers its messages", ErrModeConflict, topicName, group)
+		}
+		return nil, fmt.Errorf("%w: %s/%s is not a push subscription", ErrModeConflict, topicName, group)
+	}
 	if broadcast {
 		if req.ConsumerID == "" {
 			return nil, invalid("/consumerId", "is required by broadcast subscriptions: each consumer has its own position")
@@ -95,9 +104,12 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 	}()
 	for {
 		ready := s.notify.Load()
-		got, nextDeadline, err := s.lease(c, req)
+		got, nextDeadline, more, err := s.lease(c, req)
 		if err != nil {
 			return nil, err
+		}
+		if len(got) == 0 && more && ctx.Err() == nil {
+			continue // the filter skipped a bounded stretch; read on
 		}
 		if len(got) > 0 {
 			out, err := b.readDeliveries(s, c, got)
@@ -141,7 +153,7 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 // to go out again first, then new ones round-robin over the queues. It
 // returns the earliest lease or suspension deadline still pending (0 if
 // none), so a parked pull can wake when one runs out.
-func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, error) {
+func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool, error) {
 	b := s.b
 	b.mu.RLock()
 	queues := s.topic.queues
@@ -150,7 +162,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.deleted {
-		return nil, 0, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.rec.Group)
+		return nil, 0, false, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.group)
 	}
 	w := &leaseWork{
 		max: req.MaxMessages, deadline: now.Add(req.Invisible).UnixMilli(), nowMs: now.UnixMilli(),
@@ -177,7 +189,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, error
 		qi := (c.rr + i) % n
 		var err error
 		if out, err = c.scan(s, w, queues[qi], c.queues[qi], out); err != nil {
-			return out, 0, err
+			return out, 0, false, err
 		}
 	}
 	if n > 0 {
@@ -188,11 +200,29 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, error
 			seen.queues[l.queue] = true
 		}
 	}
+	s.persistSkippedLocked(c)
 	var next int64
 	if len(c.leases) > 0 {
 		next = c.leases[0].deadline
 	}
-	return out, next, nil
+	return out, next, w.more, nil
+}
+
+// persistSkippedLocked writes watermarks that moved without an ack (past
+// messages the filter skipped), so lag does not come back after a restart.
+// Nobody waits for the write.
+func (s *subscription) persistSkippedLocked(c *cursor) {
+	touched := map[uint32][]uint64{}
+	for _, sq := range c.queues {
+		if sq.acked > sq.persistedWM {
+			touched[sq.id] = nil
+		}
+	}
+	if len(touched) == 0 {
+		return
+	}
+	// The appender logs a failed commit; nobody waits for this one.
+	s.queueWritesLocked(c.ackWrites(nil, touched))
 }
 
 // expireLocked ends the leases that ran out: each is a failed attempt,
@@ -215,17 +245,9 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
 		}
 	}
-	req, err := s.settleLocked(c, dead, settleDead, "lease expired", -1, w.nowMs, writes)
-	if err != nil {
-		s.b.log.Error("settling expired leases", "err", err, "group", s.rec.Group)
-		return
-	}
-	if req != nil {
-		s.b.wg.Go(func() {
-			if err := <-req.done; err != nil && !errors.Is(err, ErrClosed) {
-				s.b.log.Error("settling expired leases", "err", err, "group", s.rec.Group)
-			}
-		})
+	// The appender logs a failed commit; nobody waits for this one.
+	if _, err := s.settleLocked(c, dead, settleDead, "lease expired", -1, w.nowMs, writes); err != nil {
+		s.b.log.Error("settling expired leases", "err", err, "group", s.group)
 	}
 }
 
@@ -237,7 +259,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased) ([]Del
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
 	s.mu.Lock()
-	filter, group := s.filter, s.rec.Group
+	filter, group := s.filter, s.group
 	s.mu.Unlock()
 	out := make([]Delivered, 0, len(got))
 	traces := make([]trace.SpanContext, 0, len(got))

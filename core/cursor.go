@@ -126,6 +126,7 @@ type leaseWork struct {
 	maxRetry  int
 	delays    []time.Duration
 	maxLeases int
+	more      bool // a scan stopped at its bound with entries left
 }
 
 // leased is a handed-out delivery, read outside the lock.
@@ -149,7 +150,9 @@ func (c *cursor) take(s *subscription, w *leaseWork, d *delivery, out []leased) 
 	return append(out, leased{queue: d.queue, offset: d.offset, seq: d.seq, attempt: d.attempt, leaseID: d.leaseID})
 }
 
-// scan reads new index entries of one queue into deliveries.
+// scan reads new index entries of one queue into deliveries. It notes in w
+// when it stopped at its bound with entries left (the pull should look
+// again rather than wait).
 func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out []leased) ([]leased, error) {
 	if minOff := q.min.Load(); sq.next < minOff {
 		// Retention removed messages this cursor never got.
@@ -167,6 +170,9 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		want = max(want, 4096)
 	}
 	limit := min(visible, sq.next+uint64(want))
+	if limit < visible {
+		w.more = true
+	}
 	err := s.b.store.ScanQueue(q.topicID, sq.id, sq.next, limit, func(e IndexEntry) bool {
 		sq.next = e.Offset + 1
 		if sq.preAcked[e.Offset] {

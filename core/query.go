@@ -105,7 +105,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 		return nil, err
 	}
 	dead := map[uint32]*Dead{}
-	err = b.store.ScanDead(s.rec.ID, 0, maxTimeMs, 0, 0, func(d *Dead) bool {
+	err = b.store.ScanDead(s.id, 0, maxTimeMs, 0, 0, func(d *Dead) bool {
 		if d.Msg.ID == m.ID {
 			dead[d.CursorID] = d
 		}
@@ -118,7 +118,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 	defer s.mu.Unlock()
 	var out []MessageState
 	for _, c := range s.cursors() {
-		st := MessageState{Group: s.rec.Group, ConsumerID: c.consumerID}
+		st := MessageState{Group: s.group, ConsumerID: c.consumerID}
 		for _, h := range hist {
 			if h.StateID != c.id {
 				continue

@@ -33,6 +33,7 @@ type SubscriptionRecord struct {
 	RetryDelays []time.Duration `json:"retryDelays"`
 	CreatedAtMs int64           `json:"createdAtMs"`
 	Alerts      *AlertConfig    `json:"alerts,omitempty"`
+	Push        *PushConfig     `json:"push,omitempty"`
 }
 
 // Message is one stored message. Times are Unix milliseconds.
@@ -92,4 +93,15 @@ func IndexHash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// PushConfig makes the broker POST each message to an endpoint instead of
+// waiting for pulls.
+type PushConfig struct {
+	Endpoint       string            `json:"endpoint"`
+	MaxInFlight    int               `json:"maxInFlight"`
+	TimeoutSeconds int               `json:"timeoutSeconds"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	// Secret signs each POST (HMAC-SHA256); it is never shown back.
+	Secret string `json:"secret,omitempty"`
 }

@@ -125,13 +125,10 @@ func (s *subscription) queueWritesLocked(writes []func(Batch)) *request {
 		return nil
 	}
 	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
-	select {
-	case s.b.requests <- req:
-		return req
-	case <-s.b.closing:
-		req.done <- ErrClosed
-		return req
+	if err := s.b.enqueue(context.Background(), req); err != nil {
+		req.done <- err
 	}
+	return req
 }
 
 // history is the record of one finished delivery attempt.
@@ -149,7 +146,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 	b := s.b
 	touched := map[uint32][]uint64{}
 	writes := extra
-	subID, topicID := s.rec.ID, s.rec.TopicID
+	subID, topicID := s.id, s.rec.TopicID
 	for _, d := range ds {
 		outcome := kind
 		if outcome == settleNack && d.attempt >= s.rec.MaxRetries+1 {
@@ -345,7 +342,7 @@ func (b *Broker) ListDead(topicName, group string, limit int, after DLQCursor) (
 	}
 	var out []DeadMessage
 	var next *DLQCursor
-	err = b.store.ScanDead(s.rec.ID, 0, maxTimeMs, after.DeadAtMs, after.ID, func(d *Dead) bool {
+	err = b.store.ScanDead(s.id, 0, maxTimeMs, after.DeadAtMs, after.ID, func(d *Dead) bool {
 		if len(out) == limit {
 			next = &out[len(out)-1].Cursor
 			return false
@@ -387,7 +384,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 		toMs = f.To.UnixMilli()
 	}
 	var chosen []*Dead
-	err = b.store.ScanDead(s.rec.ID, fromMs, toMs, 0, 0, func(d *Dead) bool {
+	err = b.store.ScanDead(s.id, fromMs, toMs, 0, 0, func(d *Dead) bool {
 		if len(ids) > 0 && !ids[d.Msg.ID] || f.Tag != "" && d.Msg.Tag != f.Tag {
 			return true
 		}
@@ -447,7 +444,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 // settleAttrs are the attributes of a settle span of a delivery.
 func (s *subscription) settleAttrs(d *delivery) []attribute.KeyValue {
 	topic := s.b.topicName(s.topic)
-	attrs := attemptAttrs(topic, s.rec.Group, d.origQueue, d.origOffset, d.attempt, d.consumer)
+	attrs := attemptAttrs(topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer)
 	if d.msgID != "" {
 		attrs = append(attrs, attribute.String("messaging.message.id", d.msgID))
 	}

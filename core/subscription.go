@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -33,11 +34,15 @@ type SubscriptionConfig struct {
 	StartFrom   string
 	RetryDelays []time.Duration
 	Alerts      *AlertConfig
+	Push        *PushConfig
 }
 
 type subscription struct {
 	b     *Broker
 	topic *topic
+	// id and group never change; rec (replaced on update) is read under mu.
+	id    uint32
+	group string
 
 	mu        sync.Mutex
 	rec       *SubscriptionRecord
@@ -48,6 +53,7 @@ type subscription struct {
 	consumers map[string]*consumerSeen
 	deleted   bool
 	nDead     int64
+	pushState string // the push endpoint's breaker, as the pusher reports it
 
 	// notify is closed and replaced whenever new messages may be ready.
 	// Waiters load it before looking for messages, so no wake-up is missed.
@@ -65,7 +71,7 @@ func newSubscription(b *Broker, t *topic, rec *SubscriptionRecord) (*subscriptio
 		return nil, err
 	}
 	s := &subscription{
-		b: b, topic: t, rec: rec, filter: f,
+		b: b, topic: t, rec: rec, filter: f, id: rec.ID, group: rec.Group,
 		members:   map[string]*cursor{},
 		byID:      map[uint32]*cursor{},
 		consumers: map[string]*consumerSeen{},
@@ -185,6 +191,30 @@ func validateSubscriptionConfig(cfg SubscriptionConfig) (SubscriptionConfig, err
 			return cfg, invalid("/alerts/webhookUrl", "must be an http or https URL")
 		}
 	}
+	if p := cfg.Push; p != nil {
+		u, err := url.Parse(p.Endpoint)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, invalid("/push/endpoint", "must be an http or https URL")
+		}
+		if cfg.Mode == ModeBroadcast {
+			return cfg, invalid("/push", "push delivery is for clustering subscriptions: one endpoint gets each message once")
+		}
+		if p.MaxInFlight == 0 {
+			p.MaxInFlight = 16
+		}
+		if p.MaxInFlight < 1 || p.MaxInFlight > 1000 {
+			return cfg, invalid("/push/maxInFlight", "must be between 1 and 1000")
+		}
+		if p.TimeoutSeconds == 0 {
+			p.TimeoutSeconds = 30
+		}
+		if p.TimeoutSeconds < 1 || p.TimeoutSeconds > 300 {
+			return cfg, invalid("/push/timeoutSeconds", "must be between 1 and 300")
+		}
+		if p.Secret != "" && (len(p.Secret) < 16 || len(p.Secret) > 256) {
+			return cfg, invalid("/push/secret", "must be 16-256 characters")
+		}
+	}
 	switch cfg.StartFrom {
 	case "":
 		cfg.StartFrom = "earliest"
@@ -230,7 +260,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 			return SubscriptionInfo{}, false, fmt.Errorf("%w: %s/%s is %s (orderly=%t); mode and orderly cannot change, delete and re-create it",
 				ErrModeConflict, topicName, group, rec.Mode, rec.Orderly)
 		}
-		rec.Filter, rec.MaxRetries, rec.RetryDelays, rec.Alerts = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays, cfg.Alerts
+		rec.Filter, rec.MaxRetries, rec.RetryDelays, rec.Alerts, rec.Push = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays, cfg.Alerts, cfg.Push
 		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutSubscription(&rec) }}); err != nil {
 			return SubscriptionInfo{}, false, err
 		}
@@ -244,7 +274,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 	rec := &SubscriptionRecord{
 		ID: b.lastSub + 1, TopicID: t.rec.ID, Group: group, Mode: cfg.Mode, Orderly: cfg.Orderly,
 		Filter: cfg.Filter, MaxRetries: *cfg.MaxRetries, StartFrom: cfg.StartFrom,
-		RetryDelays: cfg.RetryDelays, CreatedAtMs: b.now().UnixMilli(), Alerts: cfg.Alerts,
+		RetryDelays: cfg.RetryDelays, CreatedAtMs: b.now().UnixMilli(), Alerts: cfg.Alerts, Push: cfg.Push,
 	}
 	s, err := newSubscription(b, t, rec)
 	if err != nil {
@@ -425,7 +455,7 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 	for _, id := range cursorIDs {
 		delete(b.subsByID, id)
 	}
-	delete(b.subsByID, s.rec.ID)
+	delete(b.subsByID, s.id)
 	b.mu.Unlock()
 	s.markDeleted()
 	b.log.Info("subscription deleted", "topic", topicName, "group", group)
@@ -438,13 +468,16 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 type SubscriptionInfo struct {
 	Topic, Group string
 	Config       SubscriptionRecord
-	CreatedAt    time.Time
-	Queues       []SubQueueStat
-	Lag          int64
-	Inflight     int64
-	Retrying     int64
-	DLQ          int64
-	Consumers    []ConsumerStat
+	// PushState is the push endpoint's circuit breaker: closed, open or
+	// half-open ("" for pull subscriptions).
+	PushState string
+	CreatedAt time.Time
+	Queues    []SubQueueStat
+	Lag       int64
+	Inflight  int64
+	Retrying  int64
+	DLQ       int64
+	Consumers []ConsumerStat
 }
 
 // SubQueueStat is a subscription's position in one queue.
@@ -505,10 +538,16 @@ func (s *subscription) info() SubscriptionInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	info := SubscriptionInfo{
-		Topic: topicName, Group: s.rec.Group, Config: *s.rec,
+		Topic: topicName, Group: s.group, Config: *s.rec,
 		CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC(),
 		Queues:    make([]SubQueueStat, len(queues)),
 		DLQ:       s.nDead,
+	}
+	if s.rec.Push != nil {
+		info.PushState = s.pushState
+		if info.PushState == "" {
+			info.PushState = "closed"
+		}
 	}
 	for i, q := range queues {
 		info.Queues[i] = SubQueueStat{QueueID: i, MaxOffset: q.next.Load(), AckedOffset: q.next.Load()}
@@ -537,6 +576,12 @@ func (s *subscription) info() SubscriptionInfo {
 			lag := int64(sq.nOut)
 			if cursor := max(sq.next, minOff); maxOff > cursor {
 				lag += int64(maxOff - cursor)
+				// Acks restored from before a restart, ahead of the cursor.
+				for o := range sq.preAcked {
+					if o >= cursor && o < maxOff {
+						lag--
+					}
+				}
 			}
 			st := &info.Queues[i]
 			acked := max(sq.acked, minOff)
@@ -570,4 +615,13 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Consumers = append(info.Consumers, ConsumerStat{ConsumerID: id, LastSeen: c.lastSeen, Queues: qs})
 	}
 	return info
+}
+
+// SetPushState records the push endpoint's breaker state for stats.
+func (b *Broker) SetPushState(topicName, group, state string) {
+	if s, err := b.subscription(topicName, group); err == nil {
+		s.mu.Lock()
+		s.pushState = state
+		s.mu.Unlock()
+	}
 }

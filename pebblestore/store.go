@@ -132,7 +132,7 @@ func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
 func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
 
 // Flush forces the memtable to disk (tests and benchmarks use it).
-func (s *Store) Flush() error { return s.db.Flush() }
+func (s *Store) Flush() error { return s.read(s.db.Flush) }
 
 // Compact compacts the whole key space, so deleted data leaves the disk.
 func (s *Store) Compact() error {

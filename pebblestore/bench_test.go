@@ -1,0 +1,158 @@
+package pebblestore_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/pebblestore"
+)
+
+// Benchmarks of the store's write path on the real disk (b.TempDir()), next
+// to raw Pebble writing the same bytes, so that the store's overhead reads
+// as a ratio measured in the same run:
+//
+//	go test -run '^$' -bench 'Append|RawPebble' -benchmem ./pebblestore/
+
+// benchBatchSizes are the messages per commit: a lone send, a typical group
+// commit under load, and a large batch send.
+var benchBatchSizes = []int{1, 32, 256}
+
+const benchBodyBytes = 1024
+
+var benchQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// benchBody is 1 KiB of random bytes, so compression flatters nobody.
+func benchBody() []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	body := make([]byte, benchBodyBytes)
+	for i := range body {
+		body[i] = byte(r.Uint32())
+	}
+	return body
+}
+
+// BenchmarkAppend commits batches of N 1 KiB messages through core.Batch,
+// as the broker's appender does: one Append per message (log record, queue
+// index, id index, sparse time index) and the queue's meta record, then one
+// Commit.
+func BenchmarkAppend(b *testing.B) {
+	for _, n := range benchBatchSizes {
+		for _, sync := range []bool{true, false} {
+			name := fmt.Sprintf("batch=%d/nosync", n)
+			if sync {
+				name = fmt.Sprintf("batch=%d/sync", n)
+			}
+			b.Run(name, func(b *testing.B) { benchAppend(b, n, sync) })
+		}
+	}
+}
+
+func benchAppend(b *testing.B, n int, sync bool) {
+	s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{Logger: benchQuiet})
+	if err != nil {
+		b.Fatalf("Open: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			b.Errorf("Close: %v", err)
+		}
+	})
+	body := benchBody()
+	const topicID, queues = 1, 8
+	msgs := make([]core.Message, n)
+	for i := range msgs {
+		msgs[i] = core.Message{ID: fmt.Sprintf("bench-%06d", i), TopicID: topicID, Body: body}
+	}
+	var seq uint64
+	var offsets [queues]uint64
+	var bytes [queues]int64
+	b.SetBytes(int64(n * benchBodyBytes))
+	b.ReportAllocs()
+	for b.Loop() {
+		batch := s.NewBatch()
+		nowMs := time.Now().UnixMilli()
+		for i := range msgs {
+			m := &msgs[i]
+			q := uint32(seq % queues)
+			m.QueueID, m.Offset, m.Seq = q, offsets[q], seq
+			m.BornAtMs, m.StoredAtMs = nowMs, nowMs
+			batch.Append(m)
+			offsets[q]++
+			bytes[q] += int64(len(m.Body))
+			seq++
+		}
+		for q := range min(n, queues) {
+			batch.PutQueueMeta(topicID, uint32(q), offsets[q], bytes[q])
+		}
+		if err := batch.Commit(sync); err != nil {
+			b.Fatalf("Commit: %v", err)
+		}
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkRawPebbleSyncedSet is the floor under BenchmarkAppend/…/sync:
+// N 1 KiB values under sequential 9-byte keys (the shape of the store's log
+// keys) in one pebble.Batch committed with pebble.Sync. Pebble is opened
+// with the store's memtable and cache sizes and otherwise default options.
+func BenchmarkRawPebbleSyncedSet(b *testing.B) {
+	for _, n := range benchBatchSizes {
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) { benchRawPebble(b, n) })
+	}
+}
+
+func benchRawPebble(b *testing.B, n int) {
+	cache := pebble.NewCache(256 << 20)
+	defer cache.Unref()
+	db, err := pebble.Open(b.TempDir(), &pebble.Options{
+		Cache:        cache,
+		MemTableSize: 64 << 20,
+		Logger:       benchPebbleLogger{},
+	})
+	if err != nil {
+		b.Fatalf("pebble.Open: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			b.Errorf("Close: %v", err)
+		}
+	})
+	body := benchBody()
+	key := make([]byte, 9)
+	key[0] = 'L'
+	var seq uint64
+	b.SetBytes(int64(n * benchBodyBytes))
+	b.ReportAllocs()
+	for b.Loop() {
+		batch := db.NewBatch()
+		for range n {
+			binary.BigEndian.PutUint64(key[1:], seq)
+			seq++
+			if err := batch.Set(key, body, nil); err != nil {
+				b.Fatalf("Set: %v", err)
+			}
+		}
+		if err := batch.Commit(pebble.Sync); err != nil {
+			b.Fatalf("Commit: %v", err)
+		}
+		_ = batch.Close()
+	}
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// benchPebbleLogger keeps Pebble's informational chatter out of the output.
+type benchPebbleLogger struct{}
+
+func (benchPebbleLogger) Infof(string, ...any)  {}
+func (benchPebbleLogger) Errorf(string, ...any) {}
+func (benchPebbleLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,49 @@
+// Package pebblestore is the Pebble implementation of core.Store.
+//
+// # Key layout
+//
+// Integers are big-endian and fixed-width, so keys sort in numeric order.
+// Topic, subscription and cursor names are interned to u32 ids by core.
+//
+//	prefix  key                                          value
+//	t       t topicID                                     topic record (JSON)
+//	s       s subID                                       subscription record (JSON)
+//	M       M subID consumerID                            cursor id u32 of a broadcast consumer
+//	q       q topicID queueID                             next offset u64, bytes u64
+//	L       L seq                                         message record (see record.go)
+//	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32
+//	T       T topicID queueID storedAtMs firstOffset      ∅ (sparse: one per queue per commit)
+//	I       I topicID bucket kind hash seq                ∅ (kind i=message id, k=key, t=tag; bucket = storedAt hour)
+//	H       H topicID queueID offset cursorID attempt     delivery history: consumer, deliveredAt, outcome, reason, settledAt
+//	C       C cursorID queueID                            acked watermark u64
+//	A       A cursorID queueID offset                     ∅ (an ack above the watermark)
+//	R       R id                                          parked retry: header + message record
+//	P       P id                                          parked delayed send: header + message record
+//	D       D dueMs id                                    kind u8 (timer of an R or P record)
+//	X       X subID deadAtMs id                           dead message: attempt, cursor, reason, message record
+//	U       U topicID dedupKey                            remembered send result (5 minutes)
+//
+// Why this shape:
+//
+//   - The commit log L is keyed by a broker-wide seq assigned in commit
+//     order, so Pebble receives keys in order and moves files down instead of
+//     rewriting them; queues keep only a 28-byte index row per message (Q).
+//     A pull reads the Q range from its cursor, filters on tagHash (and, for
+//     orderly subscriptions, keyHash) and reads bodies from L by seq.
+//   - Retention is a handful of range tombstones per topic: Q and H below
+//     the new minimum offset, T below the cut time, I below the cut bucket
+//     (time-bucket-first, so one tombstone per topic), and L below the oldest
+//     seq any queue still holds. Parked (R, P) and dead (X) messages are
+//     copies, so retention never removes a retry, a delayed message or a DLQ
+//     entry.
+//   - The timer index D is scanned from the last due time processed, never
+//     from the start of the prefix, so tombstones of fired timers (dropped
+//     with one range tombstone a minute) are never iterated again.
+//   - Leases are not stored: they live in memory (core), and losing them in
+//     a crash only means redelivery, which at-least-once allows. Acks are
+//     stored as a watermark per cursor and queue (C) plus the acks above it
+//     (A), so out-of-order acks survive a restart.
+//
+// Iterators are always bounded (LowerBound/UpperBound) and short-lived; no
+// snapshot is held across calls.
+package pebblestore
