@@ -239,7 +239,7 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 	}
 	writes := make([]func(Batch), 0, len(expired))
 	for _, d := range expired {
-		s.b.tel.event(d.trace, SpanLeaseExpired, time.UnixMilli(w.nowMs), s.settleAttrs(d)...)
+		s.b.tel.event(d.trace, SpanLeaseExpired, s.b.now(), s.settleAttrs(d)...)
 		if d.attempt < w.maxRetry+1 {
 			h := s.history(c, d, OutcomeLeaseExpired, "lease expired", w.nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -67,7 +68,8 @@ func ValidateMessage(m *Message, maxBytes int) error {
 
 // Send stores messages on a topic atomically and answers once they are
 // durable. Each message's ID, queue, offset and store time are filled in.
-// With more than one message, a validation error names the bad entry.
+// A *ValidationError names the bad message in Entry (its index in msgs);
+// its Field is relative to that message.
 func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([]SendResult, error) {
 	if err := ValidateName("topic", topicName); err != nil {
 		return nil, err
@@ -77,8 +79,8 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	}
 	for i, m := range msgs {
 		if err := ValidateMessage(m, b.opts.MaxMessageBytes); err != nil {
-			if ve, ok := err.(*ValidationError); ok && len(msgs) > 1 {
-				return nil, &ValidationError{Field: fmt.Sprintf("/messages/%d%s", i, ve.Field), Reason: ve.Reason, Entry: i}
+			if ve, ok := errors.AsType[*ValidationError](err); ok {
+				return nil, &ValidationError{Field: ve.Field, Reason: ve.Reason, Entry: i}
 			}
 			return nil, err
 		}

@@ -168,7 +168,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				if reason != "" {
 					attrs = append(attrs, attribute.String("tidemq.reason", reason))
 				}
-				b.tel.event(d.trace, span, time.UnixMilli(nowMs), attrs...)
+				b.tel.event(d.trace, span, b.now(), attrs...)
 			}
 			h := s.history(c, d, ho, reason, nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
@@ -195,7 +195,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			}
 		case settleDead:
 			if !d.leased && b.tel.tracing {
-				b.tel.event(d.trace, SpanDead, time.UnixMilli(nowMs), append(s.settleAttrs(d), attribute.String("tidemq.reason", reason))...)
+				b.tel.event(d.trace, SpanDead, b.now(), append(s.settleAttrs(d), attribute.String("tidemq.reason", reason))...)
 			}
 			dead := &Dead{ID: b.ids.Add(1), SubID: subID, CursorID: c.id, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
 			c.done(d)
@@ -421,7 +421,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: d.Msg.ID}
 		if b.tel.tracing {
 			nd.trace = b.tel.event(trace.SpanContextFromContext(remoteContext(d.Msg.Traceparent)), SpanRedrive,
-				time.UnixMilli(nowMs), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
+				b.now(), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
 		}
 		c.deliveries[dkey{retryQueue, p.ID}] = nd
 		c.released = append(c.released, nd)

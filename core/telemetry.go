@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"encoding/hex"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -9,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
@@ -156,14 +156,36 @@ func messageAttrs(topic string, m *Message) []attribute.KeyValue {
 	return attrs
 }
 
-var traceContext = propagation.TraceContext{}
+// parseTraceparent reads a W3C traceparent (version 00) into a remote span
+// context; anything else gives an invalid one. core parses it itself: the
+// OTel propagation package would pull net/http into core.
+func parseTraceparent(tp string) trace.SpanContext {
+	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
+		return trace.SpanContext{}
+	}
+	var cfg trace.SpanContextConfig
+	var flags [1]byte
+	if _, err := hex.Decode(cfg.TraceID[:], []byte(tp[3:35])); err != nil {
+		return trace.SpanContext{}
+	}
+	if _, err := hex.Decode(cfg.SpanID[:], []byte(tp[36:52])); err != nil {
+		return trace.SpanContext{}
+	}
+	if _, err := hex.Decode(flags[:], []byte(tp[53:55])); err != nil {
+		return trace.SpanContext{}
+	}
+	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
+	cfg.Remote = true
+	return trace.NewSpanContext(cfg)
+}
 
 // remoteContext turns a stored traceparent into a parent context.
 func remoteContext(traceparent string) context.Context {
-	if traceparent == "" {
+	sc := parseTraceparent(traceparent)
+	if !sc.IsValid() {
 		return context.Background()
 	}
-	return traceContext.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	return trace.ContextWithRemoteSpanContext(context.Background(), sc)
 }
 
 // formatTraceparent writes a span context in W3C form, "" when invalid.
@@ -171,9 +193,14 @@ func formatTraceparent(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	c := propagation.MapCarrier{}
-	traceContext.Inject(trace.ContextWithSpanContext(context.Background(), sc), c)
-	return c["traceparent"]
+	tid, sid := sc.TraceID(), sc.SpanID()
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
+	b = hex.AppendEncode(b, tid[:])
+	b = append(b, '-')
+	b = hex.AppendEncode(b, sid[:])
+	b = append(b, '-')
+	return string(hex.AppendEncode(b, []byte{byte(sc.TraceFlags())}))
 }
 
 // event records one finished lifecycle step of a message as a span,

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -35,6 +36,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	}
 	stampProducer(m, r)
 	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m})
+	if ve, ok := errors.AsType[*core.ValidationError](err); ok {
+		ve.Entry = -1 // a single send has no entries
+	}
 	if err != nil {
 		return err
 	}
@@ -51,7 +55,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 	for i := range req.Messages {
 		m, err := s.jsonMessage(&req.Messages[i], fmt.Sprintf("/messages/%d", i), now)
 		if err != nil {
-			if ve, ok := err.(*core.ValidationError); ok {
+			if ve, ok := errors.AsType[*core.ValidationError](err); ok {
 				ve.Entry = i
 			}
 			return err
@@ -60,6 +64,9 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 		msgs[i] = m
 	}
 	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), msgs)
+	if ve, ok := errors.AsType[*core.ValidationError](err); ok && ve.Entry >= 0 {
+		ve.Field = fmt.Sprintf("/messages/%d%s", ve.Entry, ve.Field)
+	}
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/tidemq/tidemq/core"
 )
@@ -56,16 +57,17 @@ type httpError struct {
 	kind    problemKind
 	detail  string
 	pointer string
+	entry   int // the bad batch entry, or -1
 }
 
 func (e *httpError) Error() string { return e.detail }
 
 func newHTTPError(status int, code, title, format string, args ...any) *httpError {
-	return &httpError{kind: problemKind{status, code, title}, detail: fmt.Sprintf(format, args...)}
+	return &httpError{kind: problemKind{status, code, title}, detail: fmt.Sprintf(format, args...), entry: -1}
 }
 
 func badRequest(pointer, format string, args ...any) *httpError {
-	return &httpError{kind: kindInvalidRequest, detail: fmt.Sprintf(format, args...), pointer: pointer}
+	return &httpError{kind: kindInvalidRequest, detail: fmt.Sprintf(format, args...), pointer: pointer, entry: batchEntry(pointer)}
 }
 
 // writeError classifies err once, at the edge, and writes the problem.
@@ -79,6 +81,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.As(err, &he):
 		p = problemOf(he.kind, he.detail)
 		p.Pointer = he.pointer
+		if he.entry >= 0 {
+			entry := he.entry
+			p.Entry = &entry
+		}
 	case errors.As(err, &ve):
 		p = problemOf(kindInvalidRequest, ve.Error())
 		p.Pointer = ve.Field
@@ -110,6 +116,21 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeProblem(w, p)
 }
 
+// batchEntry reads the entry index from a pointer into a batch request
+// ("/messages/3/tag" → 3), or -1.
+func batchEntry(pointer string) int {
+	rest, ok := strings.CutPrefix(pointer, "/messages/")
+	if !ok {
+		return -1
+	}
+	digits, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
 func problemOf(k problemKind, detail string) Problem {
 	return Problem{
 		Type:   "https://tidemq.dev/problems/" + k.code,
@@ -122,6 +143,7 @@ func problemOf(k problemKind, detail string) Problem {
 
 func writeProblem(w http.ResponseWriter, p Problem) {
 	body, _ := json.Marshal(p)
+	body = append(body, '\n')
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(p.Status)

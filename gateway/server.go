@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -313,12 +314,20 @@ func validationProblem(err error) error {
 	}
 	var se *openapi3.SchemaError
 	if errors.As(re.Err, &se) {
-		pointer := "/" + strings.Join(se.JSONPointer(), "/")
 		if re.Parameter != nil {
-			pointer = ""
-			return badRequest(pointer, "parameter %q: %s", re.Parameter.Name, se.Reason)
+			return badRequest("", "parameter %q: %s", re.Parameter.Name, se.Reason)
 		}
-		return badRequest(pointer, "%s: %s", pointer, se.Reason)
+		path := se.JSONPointer()
+		// kin-openapi reports an unknown field at its parent object.
+		if m := unsupportedProperty.FindStringSubmatch(se.Reason); m != nil {
+			path = append(path, m[1])
+		}
+		pointer := jsonPointer(path)
+		where := pointer
+		if where == "" {
+			where = "the body"
+		}
+		return badRequest(pointer, "%s: %s", where, se.Reason)
 	}
 	if re.Parameter != nil {
 		return badRequest("", "parameter %q: %v", re.Parameter.Name, re.Err)
@@ -328,6 +337,18 @@ func validationProblem(err error) error {
 		return badRequest("", "malformed JSON at byte %d: %v", syn.Offset, syn)
 	}
 	return badRequest("", "%s", strings.TrimPrefix(re.Error(), "request body has an error: "))
+}
+
+var unsupportedProperty = regexp.MustCompile(`^property "(.*)" is unsupported$`)
+
+// jsonPointer builds an RFC 6901 pointer; the whole document is "".
+func jsonPointer(path []string) string {
+	var b strings.Builder
+	for _, seg := range path {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(seg))
+	}
+	return b.String()
 }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
@@ -412,6 +433,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	if err != nil {
 		return err
 	}
+	body = append(body, '\n') // curl users read it on a line of its own
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
@@ -428,6 +450,9 @@ func decodeJSON(body []byte, v any) error {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return badRequest("", "malformed JSON: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return badRequest("", "malformed JSON: data after the JSON value")
 	}
 	return nil
 }
