@@ -20,6 +20,7 @@ type cursor struct {
 	released   []*delivery // ready to go out again, oldest first
 	rr         int
 	nRetry     int64 // parked retries: waiting, ready or leased
+	promoted   int   // orderly messages made ready by done, not yet announced
 }
 
 // retryQueue is the queue id of deliveries of parked retries; their offset
@@ -264,7 +265,8 @@ func (c *cursor) suspend(d *delivery, untilMs int64) {
 }
 
 // done removes an outstanding delivery; for an orderly queue the next
-// message of its key becomes ready.
+// message of its key becomes ready (and promoted counts it, so the caller
+// wakes parked pulls).
 func (c *cursor) done(d *delivery) {
 	if d.heapIndex >= 0 {
 		heap.Remove(&c.leases, d.heapIndex)
@@ -290,6 +292,7 @@ func (c *cursor) done(d *delivery) {
 		c.deliveries[dkey{sq.id, e.Offset}] = nd
 		ks.head = nd
 		c.released = append(c.released, nd)
+		c.promoted++
 	}
 }
 

@@ -105,7 +105,16 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 			reqs = append(reqs, req)
 		}
 	}
+	wake := false
+	for c := range byCursor {
+		if c.promoted > 0 {
+			c.promoted, wake = 0, true
+		}
+	}
 	s.mu.Unlock()
+	if wake {
+		s.wake() // the next messages of orderly keys are ready
+	}
 	for _, req := range reqs {
 		if err := <-req.done; err != nil {
 			return 0, nil, err

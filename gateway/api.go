@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"time"
 	"unicode/utf8"
 
@@ -141,6 +142,17 @@ type subscriptionRequest struct {
 	StartFrom   string      `json:"startFrom"`
 	RetryDelays []string    `json:"retryDelays"`
 	Alerts      *alertsJSON `json:"alerts"`
+	Push        *pushJSON   `json:"push"`
+}
+
+type pushJSON struct {
+	Endpoint       string            `json:"endpoint"`
+	MaxInFlight    int               `json:"maxInFlight,omitempty"`
+	TimeoutSeconds int               `json:"timeoutSeconds,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	Secret         string            `json:"secret,omitempty"`
+	Signed         bool              `json:"signed,omitempty"`
+	State          string            `json:"state,omitempty"`
 }
 
 type alertsJSON struct {
@@ -180,6 +192,7 @@ type subscriptionJSON struct {
 	DLQ         int64          `json:"dlq"`
 	Consumers   []consumerJSON `json:"consumers"`
 	Alerts      *alertsJSON    `json:"alerts,omitempty"`
+	Push        *pushJSON      `json:"push,omitempty"`
 }
 
 func subscriptionOut(s core.SubscriptionInfo) subscriptionJSON {
@@ -188,6 +201,10 @@ func subscriptionOut(s core.SubscriptionInfo) subscriptionJSON {
 		Filter: s.Config.Filter, MaxRetries: s.Config.MaxRetries, StartFrom: s.Config.StartFrom,
 		CreatedAt: Time(s.CreatedAt), Lag: s.Lag, Inflight: s.Inflight, Retrying: s.Retrying, DLQ: s.DLQ,
 		Queues: make([]subQueueJSON, len(s.Queues)), Consumers: make([]consumerJSON, len(s.Consumers)),
+	}
+	if p := s.Config.Push; p != nil {
+		out.Push = &pushJSON{Endpoint: p.Endpoint, MaxInFlight: p.MaxInFlight, TimeoutSeconds: p.TimeoutSeconds,
+			Headers: p.Headers, Signed: p.Secret != "", State: s.PushState}
 	}
 	if a := s.Config.Alerts; a != nil {
 		out.Alerts = &alertsJSON{MaxLag: a.MaxLag, MaxDlq: a.MaxDLQ}
@@ -242,4 +259,20 @@ type handlesRequest struct {
 type failedHandle struct {
 	ReceiptHandle string `json:"receiptHandle"`
 	Code          string `json:"code"`
+}
+
+// PulledMessageJSON is the JSON of one delivered message, exactly as a pull
+// returns it; push deliveries POST the same document.
+func PulledMessageJSON(d core.Delivered) ([]byte, error) {
+	return json.Marshal(pulledOut(d))
+}
+
+func pulledOut(d core.Delivered) messageJSON {
+	m := messageOut(d.Topic, d.Message)
+	m.DeliveryAttempt = d.Attempt
+	m.ReceiptHandle = d.ReceiptHandle
+	if d.Traceparent != "" {
+		m.Traceparent = d.Traceparent
+	}
+	return m
 }

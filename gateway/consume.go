@@ -21,6 +21,10 @@ func (s *Server) putSubscription(w http.ResponseWriter, r *http.Request, body []
 		Mode: req.Mode, Orderly: req.Orderly, Filter: req.Filter,
 		MaxRetries: req.MaxRetries, StartFrom: req.StartFrom,
 	}
+	if p := req.Push; p != nil {
+		cfg.Push = &core.PushConfig{Endpoint: p.Endpoint, MaxInFlight: p.MaxInFlight,
+			TimeoutSeconds: p.TimeoutSeconds, Headers: p.Headers, Secret: p.Secret}
+	}
 	if a := req.Alerts; a != nil {
 		cfg.Alerts = &core.AlertConfig{MaxLag: a.MaxLag, MaxDLQ: a.MaxDlq}
 		if a.WebhookURL != nil {
@@ -101,12 +105,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 	}
 	out := pullResponse{Messages: make([]messageJSON, len(got))}
 	for i, d := range got {
-		out.Messages[i] = messageOut(d.Topic, d.Message)
-		out.Messages[i].DeliveryAttempt = d.Attempt
-		out.Messages[i].ReceiptHandle = d.ReceiptHandle
-		if d.Traceparent != "" {
-			out.Messages[i].Traceparent = d.Traceparent
-		}
+		out.Messages[i] = pulledOut(d)
 	}
 	// A client that went away gets its leases back at once instead of after
 	// invisibleSeconds: it never saw the messages.

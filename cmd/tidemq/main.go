@@ -144,6 +144,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
 	}
+	pusher, err := webhook.NewPusher(broker, webhook.PusherOptions{Logger: log, MeterProvider: tel.meterProvider})
+	if err != nil {
+		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
+	}
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return errors.Join(err, broker.Close(), store.Close())
@@ -165,7 +169,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 
 	select {
 	case err := <-serveErr:
-		return errors.Join(err, broker.Close(), notifier.Close(), store.Close(), tel.close(context.Background()))
+		return errors.Join(err, pusher.Close(), broker.Close(), notifier.Close(), store.Close(), tel.close(context.Background()))
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: answering parked pulls, draining requests")
@@ -176,7 +180,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if errors.Is(shutdownErr, context.DeadlineExceeded) {
 		shutdownErr = errors.Join(shutdownErr, srv.Close())
 	}
-	err = errors.Join(shutdownErr, broker.Close(), notifier.Close(), store.Close(), tel.close(sctx))
+	err = errors.Join(shutdownErr, pusher.Close(), broker.Close(), notifier.Close(), store.Close(), tel.close(sctx))
 	if err == nil {
 		log.Info("tidemq stopped cleanly")
 	}
