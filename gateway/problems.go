@@ -107,6 +107,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Error("request failed", "err", err, "request_id", requestID(r), "method", r.Method, "path", r.URL.Path)
 		}
 	}
+	if p.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tidemq"`)
+	}
 	if p.Status == http.StatusTooManyRequests {
 		w.Header().Set("Retry-After", "1")
 	}

@@ -68,6 +68,7 @@ type Server struct {
 	oaRouter routers.Router
 	reqIDs   atomic.Uint64
 	latency  metric.Float64Histogram
+	tokens   atomic.Pointer[Tokens]
 }
 
 // New builds the HTTP handler over a broker.
@@ -151,37 +152,43 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/", s.console)
 	m.Get("/docs", s.docs)
 	m.Get("/console/*", s.consoleAssets)
-	m.Get("/metrics", s.opts.Metrics.ServeHTTP)
+	m.Get("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.authorize(r, ActionAdmin, "", ""); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		s.opts.Metrics.ServeHTTP(w, r)
+	})
 
-	m.Get("/v1/topics", s.api(s.listTopics))
-	m.Put("/v1/topics/{topic}", s.api(s.putTopic))
-	m.Get("/v1/topics/{topic}", s.api(s.getTopic))
-	m.Delete("/v1/topics/{topic}", s.api(s.deleteTopic))
-	m.Post("/v1/topics/{topic}/messages", s.api(s.timed("send", s.send)))
-	m.Post("/v1/topics/{topic}/messages:batch", s.api(s.timed("batch_send", s.sendBatch)))
-	m.Get("/v1/topics/{topic}/messages", s.api(s.queryMessages))
-	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(s.getMessage))
+	m.Get("/v1/topics", s.api(ActionAdmin, s.listTopics))
+	m.Put("/v1/topics/{topic}", s.api(ActionAdmin, s.putTopic))
+	m.Get("/v1/topics/{topic}", s.api(ActionAdmin, s.getTopic))
+	m.Delete("/v1/topics/{topic}", s.api(ActionAdmin, s.deleteTopic))
+	m.Post("/v1/topics/{topic}/messages", s.api(ActionPublish, s.timed("send", s.send)))
+	m.Post("/v1/topics/{topic}/messages:batch", s.api(ActionPublish, s.timed("batch_send", s.sendBatch)))
+	m.Get("/v1/topics/{topic}/messages", s.api(ActionAdmin, s.queryMessages))
+	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(ActionAdmin, s.getMessage))
 
-	m.Get("/v1/topics/{topic}/subscriptions", s.api(s.listSubscriptions))
-	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(s.putSubscription))
-	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(s.getSubscription))
-	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(s.deleteSubscription))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(s.timed("pull", s.pull)))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(s.timed("ack", s.ack)))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(s.nack))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(s.extend))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(s.deadLetter))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(s.seek))
-	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(s.listDeadLetters))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(s.redrive))
+	m.Get("/v1/topics/{topic}/subscriptions", s.api(ActionAdmin, s.listSubscriptions))
+	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.putSubscription))
+	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.getSubscription))
+	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.deleteSubscription))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(ActionSubscribe, s.timed("pull", s.pull)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(ActionSubscribe, s.timed("ack", s.ack)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(ActionSubscribe, s.nack))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(ActionSubscribe, s.extend))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(ActionSubscribe, s.deadLetter))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(ActionAdmin, s.seek))
+	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(ActionAdmin, s.listDeadLetters))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(ActionAdmin, s.redrive))
 	return m
 }
 
 // api wraps a handler: path names checked, body read (decompressed and
 // capped), request validated against openapi.yaml, errors written as problems.
-func (s *Server) api(h handlerFunc) http.HandlerFunc {
+func (s *Server) api(action string, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.prepare(w, r, h); err != nil {
+		if err := s.prepare(w, r, action, h); err != nil {
 			s.writeError(w, r, err)
 		}
 	}
@@ -198,7 +205,12 @@ func (s *Server) timed(op string, h handlerFunc) handlerFunc {
 	}
 }
 
-func (s *Server) prepare(w http.ResponseWriter, r *http.Request, h handlerFunc) error {
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, h handlerFunc) error {
+	topic, group := chi.URLParam(r, "topic"), chi.URLParam(r, "group")
+	// Permission first, before the body is read or any name looked up.
+	if err := s.authorize(r, action, topic, group); err != nil {
+		return err
+	}
 	for _, p := range []struct{ param, kind string }{{"topic", "topic"}, {"group", "group"}} {
 		if v := chi.URLParam(r, p.param); v != "" {
 			if err := core.ValidateName(p.kind, v); err != nil {

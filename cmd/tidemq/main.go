@@ -73,9 +73,6 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if c.maxMessageBytes < 1 || c.maxMessageBytes > gateway.DefaultMaxRequestBytes {
 		problems = append(problems, fmt.Errorf("--max-message-bytes must be between 1 and %d", gateway.DefaultMaxRequestBytes))
 	}
-	if c.tokens != "" {
-		problems = append(problems, errors.New("--tokens is not supported yet by this build; run without it on loopback"))
-	}
 	if !c.insecure && c.tokens == "" && !loopback(c.addr) {
 		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.addr))
 	}
@@ -96,6 +93,9 @@ func loopback(addr string) bool {
 }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "token" {
+		os.Exit(tokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -144,10 +144,35 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
 	}
+	if cfg.tokens != "" {
+		tokens, err := gateway.LoadTokens(cfg.tokens)
+		if err != nil {
+			return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
+		}
+		handler.SetTokens(tokens)
+	}
 	pusher, err := webhook.NewPusher(broker, webhook.PusherOptions{Logger: log, MeterProvider: tel.meterProvider})
 	if err != nil {
 		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
 	}
+	// SIGHUP re-reads the tokens file; a broken file keeps the old tokens.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			if cfg.tokens == "" {
+				continue
+			}
+			tokens, err := gateway.LoadTokens(cfg.tokens)
+			if err != nil {
+				log.Error("tokens file not reloaded; the previous tokens stay in force", "err", err)
+				continue
+			}
+			handler.SetTokens(tokens)
+			log.Info("tokens file reloaded", "path", cfg.tokens)
+		}
+	}()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return errors.Join(err, broker.Close(), store.Close())
