@@ -35,6 +35,7 @@ type request struct {
 	after   func()
 	results []SendResult
 	done    chan error
+	queued  int64 // bytes counted in Broker.queuedBytes until applied
 }
 
 // submit hands r to the appender and waits until it is durable.
@@ -56,6 +57,24 @@ func (b *Broker) enqueue(ctx context.Context, r *request) error {
 	defer b.closeMu.RUnlock()
 	if b.closed.Load() {
 		return ErrClosed
+	}
+	if r.kind == reqAppend && len(r.msgs) > 0 && r.topic != nil {
+		// Sends are refused rather than queued without bound: the producer
+		// backs off (429 with Retry-After) instead of the broker's memory
+		// growing. One request alone is always let through.
+		size := int64(r.size())
+		if q := b.queuedBytes.Add(size); q > size && q > b.opts.MaxQueuedBytes {
+			b.queuedBytes.Add(-size)
+			return fmt.Errorf("%w: %d bytes of sends are waiting to be stored", ErrTooManyRequests, q-size)
+		}
+		r.queued = size
+		select {
+		case b.requests <- r:
+			return nil
+		default:
+			b.queuedBytes.Add(-size)
+			return fmt.Errorf("%w: the append queue is full", ErrTooManyRequests)
+		}
 	}
 	select {
 	case b.requests <- r:
@@ -84,6 +103,7 @@ func (b *Broker) appendLoop() {
 				return
 			}
 		}
+		b.queuedBytes.Add(-first.queued)
 		pending = append(pending[:0], first)
 		size := first.size()
 		if first.kind != reqAdmin {
@@ -95,6 +115,7 @@ func (b *Broker) appendLoop() {
 						carry = r
 						break collect
 					}
+					b.queuedBytes.Add(-r.queued)
 					pending = append(pending, r)
 					size += r.size()
 				default:
@@ -116,6 +137,7 @@ func (b *Broker) drainOnClose() {
 		for {
 			select {
 			case r := <-b.requests:
+				b.queuedBytes.Add(-r.queued)
 				batch = append(batch, r)
 			default:
 				break drain

@@ -55,6 +55,12 @@ type Options struct {
 	Notifier Notifier
 	// AlertInterval is how often alert thresholds are checked (default 5s).
 	AlertInterval time.Duration
+	// MaxQueuedBytes bounds the message bytes waiting for the appender;
+	// past it sends are refused with ErrTooManyRequests (default 256 MiB).
+	MaxQueuedBytes int64
+	// MaxParkedPulls bounds the long polls waiting at once; past it a pull
+	// that would wait is refused with ErrTooManyRequests (default 10000).
+	MaxParkedPulls int64
 }
 
 func (o *Options) withDefaults() {
@@ -79,6 +85,12 @@ func (o *Options) withDefaults() {
 	if o.AlertInterval <= 0 {
 		o.AlertInterval = 5 * time.Second
 	}
+	if o.MaxQueuedBytes <= 0 {
+		o.MaxQueuedBytes = 256 << 20
+	}
+	if o.MaxParkedPulls <= 0 {
+		o.MaxParkedPulls = 10000
+	}
 }
 
 // Broker is the single-node message broker. All methods are safe for
@@ -102,6 +114,8 @@ type Broker struct {
 	// closeMu makes queueing a request and Close exclude each other, so no
 	// request lands in the channel after the appender stopped reading it.
 	closeMu sync.RWMutex
+	// queuedBytes counts the message bytes of sends waiting for the appender.
+	queuedBytes atomic.Int64
 	// polling is closed by StopPolling: parked pulls answer at once and
 	// new pulls do not wait, while sends and acks still work.
 	polling     chan struct{}

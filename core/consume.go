@@ -129,12 +129,15 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 		if nextDeadline > 0 {
 			wait = min(wait, time.Duration(nextDeadline-now.UnixMilli()+1)*time.Millisecond)
 		}
+		if b.tel.longPolls.Add(1) > b.opts.MaxParkedPulls {
+			b.tel.longPolls.Add(-1)
+			return nil, fmt.Errorf("%w: %d long polls are already waiting", ErrTooManyRequests, b.opts.MaxParkedPulls)
+		}
 		if timer == nil {
 			timer = time.NewTimer(wait)
 		} else {
 			timer.Reset(wait)
 		}
-		b.tel.longPolls.Add(1)
 		select {
 		case <-*ready:
 		case <-timer.C:
@@ -428,3 +431,6 @@ func (b *Broker) pollingStopped() bool {
 		return false
 	}
 }
+
+// ParkedPulls is the number of long polls waiting now.
+func (b *Broker) ParkedPulls() int64 { return b.tel.longPolls.Load() }

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/pebblestore"
@@ -33,6 +35,7 @@ type config struct {
 	shutdownTimeout time.Duration
 	insecure        bool
 	jaegerUI        string
+	maxConnections  int
 }
 
 // parseConfig reads flags, each defaulting to its environment variable.
@@ -62,6 +65,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", env("TIDEMQ_LOG_LEVEL", "info"), "debug, info, warn or error (TIDEMQ_LOG_LEVEL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.BoolVar(&c.insecure, "insecure", env("TIDEMQ_INSECURE", "") == "true", "allow listening beyond loopback without --tokens (TIDEMQ_INSECURE)")
+	fs.IntVar(&c.maxConnections, "max-connections", 10000, "most client connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.jaegerUI, "jaeger-ui", env("TIDEMQ_JAEGER_UI", ""), "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -175,14 +179,18 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}()
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
-		return errors.Join(err, broker.Close(), store.Close())
+		return errors.Join(err, pusher.Close(), broker.Close(), notifier.Close(), store.Close())
 	}
+	ln = netutil.LimitListener(ln, cfg.maxConnections)
 	srv := &http.Server{
-		Handler:           handler,
+		Handler: handler,
+		// A slow client cannot hold a connection forever: headers within
+		// 10 s, the whole request within 2 min, idle keep-alives 2 min.
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		// No WriteTimeout: it would cut long polls.
+		// No WriteTimeout: it would cut long polls (at most 30 s of wait).
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
