@@ -169,6 +169,7 @@ func (b *Broker) commit(reqs []*request) {
 	seqBefore := b.nextSeq
 	b.expireDedup(batch, nowMs)
 	errs := make([]error, len(reqs))
+	spaceErr := b.checkSpace(reqs)
 	var firstDelay int64
 	for i, r := range reqs {
 		switch r.kind {
@@ -181,6 +182,10 @@ func (b *Broker) commit(reqs []*request) {
 		case reqAppend:
 			if r.topic.deleted.Load() {
 				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, r.topic.rec.Name)
+				continue
+			}
+			if spaceErr != nil && r.queued > 0 {
+				errs[i] = spaceErr // delayed messages coming due wait too: the timer loop tries again
 				continue
 			}
 			if d := b.applyAppend(batch, r, nowMs); d > 0 && (firstDelay == 0 || d < firstDelay) {
@@ -298,4 +303,38 @@ func classifyStoreError(err error) error {
 		return fmt.Errorf("%w: %v", ErrInsufficientStorage, err)
 	}
 	return err
+}
+
+// checkSpace refuses this batch's sends when the disk is nearly full.
+func (b *Broker) checkSpace(reqs []*request) error {
+	sr, ok := b.store.(SpaceReporter)
+	if !ok {
+		return nil
+	}
+	var incoming int64
+	for _, r := range reqs {
+		if r.kind == reqAppend {
+			incoming += int64(r.size())
+		}
+	}
+	if incoming == 0 {
+		return nil
+	}
+	free, err := sr.FreeBytes()
+	if err != nil {
+		b.log.Warn("checking free disk space", "err", err)
+		return nil
+	}
+	if free-incoming < b.opts.MinFreeBytes {
+		if !b.diskFull {
+			b.diskFull = true
+			b.log.Error("disk nearly full: refusing sends until space returns", "free_bytes", free, "min_free_bytes", b.opts.MinFreeBytes)
+		}
+		return fmt.Errorf("%w: %d bytes free on the store's disk, %d kept in reserve", ErrInsufficientStorage, free, b.opts.MinFreeBytes)
+	}
+	if b.diskFull {
+		b.diskFull = false
+		b.log.Info("disk space back: accepting sends", "free_bytes", free)
+	}
+	return nil
 }

@@ -61,6 +61,11 @@ type Options struct {
 	// MaxParkedPulls bounds the long polls waiting at once; past it a pull
 	// that would wait is refused with ErrTooManyRequests (default 10000).
 	MaxParkedPulls int64
+	// MinFreeBytes is the disk space kept free: below it sends are refused
+	// with ErrInsufficientStorage (and stored again once space returns),
+	// so the store never meets a full disk, which Pebble treats as fatal.
+	// Acks and other small writes go on. Default 128 MiB.
+	MinFreeBytes int64
 }
 
 func (o *Options) withDefaults() {
@@ -90,6 +95,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MaxParkedPulls <= 0 {
 		o.MaxParkedPulls = 10000
+	}
+	if o.MinFreeBytes <= 0 {
+		o.MinFreeBytes = 128 << 20
 	}
 }
 
@@ -127,6 +135,7 @@ type Broker struct {
 	subsByID map[uint32]*subscription // under mu
 
 	// appender-owned
+	diskFull   bool
 	nextSeq    uint64
 	lastMs     int64
 	touched    []*queue

@@ -125,6 +125,12 @@ type StatsReporter interface {
 	Stats() StoreStats
 }
 
+// SpaceReporter is implemented by stores that know the space left on
+// their disk; the broker refuses sends before the disk is full.
+type SpaceReporter interface {
+	FreeBytes() (int64, error)
+}
+
 // StoreStats is the store health the broker exports as metrics.
 type StoreStats struct {
 	DiskBytes   int64

@@ -32,6 +32,8 @@ type Options struct {
 // Store is the Pebble implementation of core.Store.
 type Store struct {
 	db     *pebble.DB
+	fs     vfs.FS
+	dir    string
 	mu     sync.RWMutex // guards closed against Close racing with reads
 	closed bool
 
@@ -61,7 +63,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		Logger:                      quietLogger{opts.Logger},
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
-	s := &Store{}
+	s := &Store{fs: opts.FS, dir: dir}
+	if s.fs == nil {
+		s.fs = vfs.Default
+	}
 	po.EventListener = &pebble.EventListener{
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
 			s.writeStalls.Add(1)
@@ -397,4 +402,13 @@ func (s *Store) Stats() core.StoreStats {
 		L0Sublevels: int64(m.Levels[0].Sublevels),
 		WriteStalls: s.writeStalls.Load(),
 	}
+}
+
+// FreeBytes reports the space left for the store on its filesystem.
+func (s *Store) FreeBytes() (int64, error) {
+	u, err := s.fs.GetDiskUsage(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("pebblestore: disk usage of %s: %w", s.dir, err)
+	}
+	return int64(u.AvailBytes), nil
 }

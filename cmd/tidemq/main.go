@@ -36,6 +36,7 @@ type config struct {
 	insecure        bool
 	jaegerUI        string
 	maxConnections  int
+	minFreeBytes    int64
 }
 
 // parseConfig reads flags, each defaulting to its environment variable.
@@ -65,6 +66,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", env("TIDEMQ_LOG_LEVEL", "info"), "debug, info, warn or error (TIDEMQ_LOG_LEVEL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.BoolVar(&c.insecure, "insecure", env("TIDEMQ_INSECURE", "") == "true", "allow listening beyond loopback without --tokens (TIDEMQ_INSECURE)")
+	fs.Int64Var(&c.minFreeBytes, "min-free-bytes", 128<<20, "disk space kept free: below it sends get 507 insufficient_storage until space returns")
 	fs.IntVar(&c.maxConnections, "max-connections", 10000, "most client connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.jaegerUI, "jaeger-ui", env("TIDEMQ_JAEGER_UI", ""), "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
 	if err := fs.Parse(args); err != nil {
@@ -138,7 +140,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	broker, err := core.New(store, core.Options{
 		Logger: log, AutoCreate: cfg.autoCreate, NoSync: cfg.fsync == "never",
 		MaxMessageBytes: cfg.maxMessageBytes, TracerProvider: tel.tracerProvider,
-		MeterProvider: tel.meterProvider, Notifier: notifier,
+		MeterProvider: tel.meterProvider, Notifier: notifier, MinFreeBytes: cfg.minFreeBytes,
 	})
 	if err != nil {
 		return errors.Join(err, notifier.Close(), store.Close())
