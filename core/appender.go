@@ -221,7 +221,7 @@ func (b *Broker) commit(reqs []*request) {
 	}
 	b.touched = b.touched[:0]
 	if firstDelay > 0 {
-		b.timers.wantAt(firstDelay)
+		b.timerCommitted(firstDelay)
 	}
 	var woken []*topic
 	for i, r := range reqs {

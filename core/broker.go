@@ -147,7 +147,8 @@ type Broker struct {
 	// clock so that ids never repeat across restarts.
 	ids         atomic.Uint64
 	timers      *timerWake
-	timerCursor atomic.Int64
+	timerCursor atomic.Int64 // owned by the timer loop
+	timerLow    atomic.Int64 // lowest due time committed since the last scan began; 0 = none
 
 	tel *telemetry
 

@@ -243,10 +243,10 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 	writes := make([]func(Batch), 0, len(expired))
 	for _, d := range expired {
 		s.b.tel.event(d.trace, SpanLeaseExpired, s.b.now(), s.settleAttrs(d)...)
-		if d.attempt < w.maxRetry+1 {
-			h := s.history(c, d, OutcomeLeaseExpired, "lease expired", w.nowMs)
-			writes = append(writes, func(b Batch) { b.PutHistory(h) })
-		}
+		// Also for the last allowed attempt: the DLQ move below records no
+		// attempt of its own (the lease is already gone).
+		h := s.history(c, d, OutcomeLeaseExpired, "lease expired", w.nowMs)
+		writes = append(writes, func(b Batch) { b.PutHistory(h) })
 	}
 	// The appender logs a failed commit; nobody waits for this one.
 	if _, err := s.settleLocked(c, dead, settleDead, "lease expired", -1, w.nowMs, writes); err != nil {

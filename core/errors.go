@@ -37,6 +37,15 @@ func (e *ValidationError) Error() string {
 	return fmt.Sprintf("%s: %s", e.Field, e.Reason)
 }
 
+// EntryError names the message of a batch that an error is about.
+type EntryError struct {
+	Entry int
+	Err   error
+}
+
+func (e *EntryError) Error() string { return fmt.Sprintf("message %d: %v", e.Entry, e.Err) }
+func (e *EntryError) Unwrap() error { return e.Err }
+
 func invalid(field, format string, args ...any) *ValidationError {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...), Entry: -1}
 }

@@ -21,7 +21,7 @@ func ParseFilter(expr string) (*tagFilter, error) {
 	f := &tagFilter{tags: map[string]bool{}, hashes: map[uint32]bool{}}
 	for part := range strings.SplitSeq(expr, "||") {
 		tag := strings.TrimSpace(part)
-		if tag == "" || tag == "*" || len(tag) > MaxTagLen || strings.ContainsAny(tag, "| \t\r\n\v\f") {
+		if tag == "*" || !ValidTag(tag) {
 			return nil, fmt.Errorf("%w: %q: expected \"*\" or tags joined by \"||\"", ErrInvalidFilter, expr)
 		}
 		f.tags[tag] = true

@@ -117,6 +117,15 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []MessageState
+	if len(s.cursors()) == 0 {
+		// A broadcast subscription no consumer has joined yet: each
+		// consumer will get the message when it does (from startFrom).
+		st := MessageState{Group: s.group, State: StatePending, History: []Attempt{}}
+		if !s.filter.matches(m.Tag) {
+			st.State = StateFiltered
+		}
+		return []MessageState{st}, nil
+	}
 	for _, c := range s.cursors() {
 		st := MessageState{Group: s.group, ConsumerID: c.consumerID}
 		for _, h := range hist {
@@ -128,7 +137,6 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 				Outcome: outcomeNames[h.Outcome], Reason: h.Reason, SettledAt: time.UnixMilli(h.SettledAtMs).UTC(),
 			})
 		}
-		slices.SortFunc(st.History, func(a, b Attempt) int { return a.Attempt - b.Attempt })
 		st.State = StatePending
 		var live *delivery
 		if d := c.deliveries[dkey{m.QueueID, m.Offset}]; d != nil {

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
@@ -44,10 +44,8 @@ func ValidateMessage(m *Message, maxBytes int) error {
 	if len(m.Body) > maxBytes {
 		return fmt.Errorf("%w: body is %d bytes, the limit is %d", ErrMessageTooLarge, len(m.Body), maxBytes)
 	}
-	if m.Tag != "" {
-		if utf8.RuneCountInString(m.Tag) > MaxTagLen || strings.ContainsAny(m.Tag, "| \t\r\n\v\f") || !utf8.ValidString(m.Tag) {
-			return invalid("/tag", "must be 1-64 characters without '|' or white space")
-		}
+	if m.Tag != "" && !ValidTag(m.Tag) {
+		return invalid("/tag", "must be 1-64 characters without '|' or white space")
 	}
 	if len(m.Keys) > MaxKeys {
 		return invalid("/keys", "at most %d keys", MaxKeys)
@@ -82,7 +80,7 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 			if ve, ok := errors.AsType[*ValidationError](err); ok {
 				return nil, &ValidationError{Field: ve.Field, Reason: ve.Reason, Entry: i}
 			}
-			return nil, err
+			return nil, &EntryError{Entry: i, Err: err}
 		}
 	}
 	t, err := b.topicForSend(ctx, topicName)
@@ -145,4 +143,18 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	b.tel.msgsIn.Add(ctx, int64(len(msgs)), attrs)
 	b.tel.bytesIn.Add(ctx, bytes, attrs)
 	return req.results, nil
+}
+
+// ValidTag is the one rule for tags, on messages and in filters: 1-64
+// characters of valid UTF-8, no '|' and no white space (Unicode's).
+func ValidTag(tag string) bool {
+	if tag == "" || !utf8.ValidString(tag) || utf8.RuneCountInString(tag) > MaxTagLen {
+		return false
+	}
+	for _, r := range tag {
+		if r == '|' || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -129,11 +129,14 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 // queueWritesLocked hands writes to the appender while the subscription
 // lock is held, so the writes of one subscription reach the store in the
 // order they were decided. The caller waits on the request after unlocking.
-func (s *subscription) queueWritesLocked(writes []func(Batch)) *request {
+func (s *subscription) queueWritesLocked(writes []func(Batch), after ...func()) *request {
 	if len(writes) == 0 {
 		return nil
 	}
 	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
+	if len(after) > 0 {
+		req.after = after[0]
+	}
 	if err := s.b.enqueue(context.Background(), req); err != nil {
 		req.done <- err
 	}
@@ -143,7 +146,7 @@ func (s *subscription) queueWritesLocked(writes []func(Batch)) *request {
 // history is the record of one finished delivery attempt.
 func (s *subscription) history(c *cursor, d *delivery, outcome byte, reason string, nowMs int64) *HistoryRecord {
 	return &HistoryRecord{
-		TopicID: s.rec.TopicID, QueueID: d.origQueue, Offset: d.origOffset, StateID: c.id,
+		ID: s.b.ids.Add(1), TopicID: s.rec.TopicID, QueueID: d.origQueue, Offset: d.origOffset, StateID: c.id,
 		Attempt: d.attempt, ConsumerID: d.consumer, DeliveredAtMs: d.leasedAtMs,
 		Outcome: outcome, Reason: reason, SettledAtMs: nowMs,
 	}
@@ -155,6 +158,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 	b := s.b
 	touched := map[uint32][]uint64{}
 	writes := extra
+	var firstDue int64
 	subID, topicID := s.id, s.rec.TopicID
 	for _, d := range ds {
 		outcome := kind
@@ -248,10 +252,16 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				b.PutParked(p)
 				b.PutTimer(p.DueMs, p.ID, ParkedRetry)
 			})
-			b.timers.wantAt(due)
+			if firstDue == 0 || due < firstDue {
+				firstDue = due
+			}
 		}
 	}
-	return s.queueWritesLocked(c.ackWrites(writes, touched)), nil
+	var after func()
+	if firstDue > 0 {
+		after = func() { b.timerCommitted(firstDue) }
+	}
+	return s.queueWritesLocked(c.ackWrites(writes, touched), after), nil
 }
 
 // readForSettle reads the full message of a delivery (and its parked record

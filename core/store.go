@@ -61,6 +61,9 @@ const (
 
 // HistoryRecord is one settled delivery of a message to a subscription.
 type HistoryRecord struct {
+	// ID orders a message's records (ids grow with time) and keeps a
+	// redriven message's new attempts from overwriting its old ones.
+	ID            uint64
 	TopicID       uint32
 	QueueID       uint32
 	Offset        uint64

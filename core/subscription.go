@@ -596,6 +596,8 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Lag += st.Lag
 		info.Inflight += st.Inflight
 	}
+	// A nacked message left its queue for a retry but is not acked yet.
+	info.Lag += info.Retrying
 	ids := make([]string, 0, len(s.consumers))
 	for id, c := range s.consumers {
 		if now.Sub(c.lastSeen) > b.opts.ConsumerExpiry {

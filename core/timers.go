@@ -52,12 +52,14 @@ func (w *timerWake) poke() {
 	}
 }
 
-func (w *timerWake) take() int64 {
+// passed forgets the wanted due time once the scan at nowMs has covered
+// it; a due time still ahead is kept, so the loop sleeps only until then.
+func (w *timerWake) passed(nowMs int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := w.next
-	w.next = 0
-	return n
+	if w.next <= nowMs {
+		w.next = 0
+	}
 }
 
 // Timer loop pacing.
@@ -84,7 +86,7 @@ func (b *Broker) timerLoop() {
 		case <-b.timers.kick:
 		}
 		now := b.now()
-		b.timers.take()
+		b.timers.passed(now.UnixMilli())
 		more := b.fireDue(now.UnixMilli())
 		if now.Sub(lastRetention) >= retentionEvery {
 			lastRetention = now
@@ -113,6 +115,12 @@ func (b *Broker) timerLoop() {
 // early with more due.
 func (b *Broker) fireDue(nowMs int64) bool {
 	from := b.timerCursor.Load()
+	// Timers committed behind the cursor since the last scan: taken before
+	// the scan opens its iterator, so one committed after this point is
+	// either seen by this scan or left for the next.
+	if low := b.timerLow.Swap(0); low > 0 && low < from {
+		from = low
+	}
 	type fire struct {
 		due  int64
 		id   uint64
@@ -164,6 +172,19 @@ func (b *Broker) fireDue(nowMs int64) bool {
 	}
 	b.timerCursor.Store(nowMs + 1)
 	return false
+}
+
+// timerCommitted is called once a timer due at dueMs is durable. The next
+// scan starts no later than dueMs, so a timer committed while a scan was
+// passing its time (a nack with no delay) is never skipped.
+func (b *Broker) timerCommitted(dueMs int64) {
+	for {
+		low := b.timerLow.Load()
+		if low != 0 && low <= dueMs || b.timerLow.CompareAndSwap(low, dueMs) {
+			break
+		}
+	}
+	b.timers.wantAt(dueMs)
 }
 
 // fireRetry makes a parked retry ready for delivery.

@@ -107,6 +107,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			s.log.Error("request failed", "err", err, "request_id", requestID(r), "method", r.Method, "path", r.URL.Path)
 		}
 	}
+	if ee, ok := errors.AsType[*core.EntryError](err); ok && p.Entry == nil && r.URL != nil && strings.HasSuffix(r.URL.Path, ":batch") {
+		entry := ee.Entry
+		p.Entry = &entry
+	}
 	if p.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tidemq"`)
 	}

@@ -55,6 +55,10 @@ type Options struct {
 	// Metrics serves /metrics (the Prometheus exposition); nil serves an
 	// empty one.
 	Metrics http.Handler
+	// JaegerUI is the base URL of a Jaeger UI (such as
+	// http://127.0.0.1:16686); the console links each message to its
+	// trace there. A value that is not an absolute http(s) URL is ignored.
+	JaegerUI string
 }
 
 // Server is the HTTP front of a broker.
@@ -97,6 +101,7 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 		opts.Metrics = promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger.With("component", "gateway"), doc: doc, oaRouter: oaRouter}
+	s.opts.JaegerUI = checkJaegerUI(opts.JaegerUI, s.log)
 	s.latency, err = opts.MeterProvider.Meter("github.com/tidemq/tidemq/gateway").Float64Histogram(
 		"tidemq.operation.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time to answer a send, batch send, pull or ack, per operation and topic."),

@@ -157,13 +157,14 @@ func (b *batch) CutIndex(topicID uint32, bucket uint32) {
 	_ = b.b.DeleteRange(lo, be.AppendUint32(lo, bucket), nil)
 }
 
-// History: attempt… in the key; consumer | deliveredAtMs u64 | outcome u8 | reason | settledAtMs u64
+// History: attempt u32 | consumer | deliveredAtMs u64 | outcome u8 | reason | settledAtMs u64
 func (b *batch) PutHistory(h *core.HistoryRecord) {
-	v := make([]byte, 0, 48+len(h.ConsumerID)+len(h.Reason))
+	v := make([]byte, 0, 52+len(h.ConsumerID)+len(h.Reason))
+	v = be.AppendUint32(v, uint32(h.Attempt))
 	v = appendString(v, h.ConsumerID)
 	v = be.AppendUint64(v, uint64(h.DeliveredAtMs))
 	v = append(v, h.Outcome)
 	v = appendString(v, h.Reason)
 	v = be.AppendUint64(v, uint64(h.SettledAtMs))
-	_ = b.b.Set(historyKey(h.TopicID, h.QueueID, h.Offset, h.StateID, h.Attempt), v, nil)
+	_ = b.b.Set(historyKey(h.TopicID, h.QueueID, h.Offset, h.StateID, h.ID), v, nil)
 }

@@ -120,13 +120,13 @@ func secondaryKey(dst []byte, topicID, bucket uint32, kind byte, hash, seq uint6
 	return be.AppendUint64(dst, seq)
 }
 
-// historyKey is H topicID queueID offset stateID attempt.
-func historyKey(topicID, queueID uint32, offset uint64, stateID uint32, attempt int) []byte {
-	k := make([]byte, 0, 25)
+// historyKey is H topicID queueID offset cursorID id.
+func historyKey(topicID, queueID uint32, offset uint64, cursorID uint32, id uint64) []byte {
+	k := make([]byte, 0, 29)
 	k = append(k, prefixHistory)
 	k = be.AppendUint32(k, topicID)
 	k = be.AppendUint32(k, queueID)
 	k = be.AppendUint64(k, offset)
-	k = be.AppendUint32(k, stateID)
-	return be.AppendUint32(k, uint32(attempt))
+	k = be.AppendUint32(k, cursorID)
+	return be.AppendUint64(k, id)
 }

@@ -302,7 +302,9 @@ func (s *Store) ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, to
 		var lo, hi []byte
 		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
 			lo = secondaryKey(lo, topicID, bucket, kind, hash, 0)
-			if bucket == afterBucket && afterSeq > 0 {
+			// Buckets are hours since 1970, so 0 means "no cursor" and a
+			// cursor after seq 0 is still a cursor.
+			if afterBucket > 0 && bucket == afterBucket {
 				lo = secondaryKey(lo, topicID, bucket, kind, hash, afterSeq+1)
 			}
 			_, hi = prefixRange(lo[:len(lo)-8])
@@ -337,12 +339,13 @@ func (s *Store) ScanHistory(topicID, queueID uint32, offset uint64, fn func(*cor
 		defer it.Close()
 		for it.First(); it.Valid(); it.Next() {
 			k := it.Key()
-			if len(k) != 25 {
+			if len(k) != 29 {
 				return errCorrupt
 			}
 			h := &core.HistoryRecord{TopicID: topicID, QueueID: queueID, Offset: offset,
-				StateID: be.Uint32(k[17:]), Attempt: int(be.Uint32(k[21:]))}
+				StateID: be.Uint32(k[17:]), ID: be.Uint64(k[21:])}
 			r := recordReader{b: it.Value()}
+			h.Attempt = int(r.u32())
 			h.ConsumerID = r.string()
 			h.DeliveredAtMs = int64(r.u64())
 			if r.err == nil && len(r.b) > 0 {

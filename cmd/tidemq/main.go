@@ -146,7 +146,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		return errors.Join(err, notifier.Close(), store.Close())
 	}
 	handler, err := gateway.New(broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.maxMessageBytes,
-		MeterProvider: tel.meterProvider, Metrics: tel.metrics})
+		MeterProvider: tel.meterProvider, Metrics: tel.metrics, JaegerUI: cfg.jaegerUI})
 	if err != nil {
 		return errors.Join(err, broker.Close(), notifier.Close(), store.Close())
 	}
