@@ -1,0 +1,33 @@
+// Package sdk is the Go client of tidemq, the HTTP+JSON message queue.
+//
+// It speaks only the public API (openapi.yaml) and imports nothing of the
+// server. Three types do the work:
+//
+//   - Client: one method per API operation — topics, subscriptions, seek,
+//     DLQ listing and redrive, message query and status, and the raw
+//     consumption calls (Pull, Ack, Nack, Extend, DeadLetter). One request
+//     each, no retries.
+//   - Producer: Send, SendBatch and SendAsync (batched by size and linger
+//     time) for one topic. Temporary failures (network, 429, 502, 503, 504,
+//     507) are retried with backoff under a dedup key the producer makes up
+//     when the message has none, so a retry never stores a duplicate; a
+//     circuit breaker makes callers fail fast (ErrCircuitOpen) while the
+//     broker is down.
+//   - Consumer: Run(ctx, handler) long-polls a subscription and runs up to
+//     Concurrency handlers: nil acks (batched), an error nacks (RetryAfter
+//     picks the delay, DeadLetter sends to the DLQ at once). Leases of
+//     running handlers are extended; messages of one sharding key are
+//     handled in order on orderly subscriptions; cancelling ctx stops it
+//     gracefully.
+//
+// Errors the server answers with are *APIError values; errors.Is matches
+// them against one sentinel per error code (ErrTopicNotFound,
+// ErrInvalidName, …).
+//
+// Traces: every request carries the W3C traceparent of its ctx, so a send
+// joins the caller's trace; the ctx a Handler gets continues the message's
+// trace (and holds a "tidemq.process" span when a TracerProvider is set).
+//
+// Delivery is at least once: a handler may see a message again (after a
+// lease ran out, a crash, a lost ack), so handlers must be idempotent.
+package sdk

@@ -1,0 +1,236 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/pebblestore"
+	"github.com/tidemq/tidemq/sdk"
+)
+
+// The examples run against a real server started in-process (see
+// exampleServer); against your own, use its URL, "http://127.0.0.1:8080"
+// by default.
+
+func Example() {
+	ctx := context.Background()
+	client, err := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, _, err := client.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 4}); err != nil {
+		log.Fatal(err)
+	}
+	if _, _, err := client.PutSubscription(ctx, "orders", "billing", sdk.SubscriptionConfig{}); err != nil {
+		log.Fatal(err)
+	}
+
+	// Produce: retried with a dedup key, so stored exactly once.
+	producer, err := sdk.NewProducer(client, "orders", sdk.ProducerOptions{Group: "checkout"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	res, err := producer.Send(ctx, sdk.SendMessage{Body: "order 1001 created", Tag: "created", Keys: []string{"order-1001"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stored with an offset:", res.Offset != nil)
+
+	// Consume: long polls, 4 handlers, ack on nil, nack on error.
+	consumer, err := sdk.NewConsumer(client, "orders", "billing", sdk.ConsumerOptions{Concurrency: 4})
+	if err != nil {
+		log.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	err = consumer.Run(runCtx, func(ctx context.Context, m *sdk.PulledMessage) error {
+		fmt.Printf("got %q (tag %s, attempt %d)\n", m.Body, m.Tag, m.DeliveryAttempt)
+		stop() // one is enough for the example: Run finishes this one and returns
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// stored with an offset: true
+	// got "order 1001 created" (tag created, attempt 1)
+}
+
+func ExampleProducer_SendAsync() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	producer, err := sdk.NewProducer(client, "clicks", sdk.ProducerOptions{Linger: 10 * time.Millisecond})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Many messages, few requests: they go in batches (messages:batch).
+	var futures []*sdk.Future
+	for i := range 100 {
+		futures = append(futures, producer.SendAsync(ctx, sdk.NewMessage(fmt.Sprintf("click %d", i))))
+	}
+	stored := 0
+	for _, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			log.Print(err)
+			continue
+		}
+		stored++
+	}
+	// Close sends whatever is still queued and stops the batcher.
+	if err := producer.Close(); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stored", stored)
+	// Output: stored 100
+}
+
+func ExampleConsumer_Run() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	producer, _ := sdk.NewProducer(client, "payments", sdk.ProducerOptions{})
+	defer producer.Close()
+	for _, body := range []string{"ok", "flaky", "poison"} {
+		if _, err := producer.Send(ctx, sdk.NewMessage(body)); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	consumer, _ := sdk.NewConsumer(client, "payments", "ledger", sdk.ConsumerOptions{WaitSeconds: 1})
+	runCtx, stop := context.WithCancel(ctx)
+	var mu sync.Mutex
+	var seen []string
+	errDownstream := errors.New("ledger busy")
+	err := consumer.Run(runCtx, func(ctx context.Context, m *sdk.PulledMessage) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, fmt.Sprintf("%s#%d", m.Body, m.DeliveryAttempt))
+		if len(seen) == 4 {
+			defer stop()
+		}
+		switch {
+		case m.Body == "flaky" && m.DeliveryAttempt == 1:
+			return sdk.RetryAfter(time.Second, errDownstream) // nack: again in 1 s
+		case m.Body == "poison":
+			return sdk.DeadLetter(errors.New("cannot parse")) // to the DLQ at once
+		}
+		return nil // ack
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sort.Strings(seen)
+	fmt.Println(seen)
+	for m, err := range client.DeadLetters(ctx, "payments", "ledger", sdk.PageOptions{}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("dead: %s (%s)\n", m.Body, *m.Reason)
+	}
+	// Output:
+	// [flaky#1 flaky#2 ok#1 poison#1]
+	// dead: poison (cannot parse)
+}
+
+func ExampleAPIError() {
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	_, err := client.GetTopic(context.Background(), "no-such-topic")
+	switch {
+	case errors.Is(err, sdk.ErrTopicNotFound):
+		fmt.Println("no such topic")
+	case err != nil:
+		log.Fatal(err)
+	}
+	var apiErr *sdk.APIError
+	if errors.As(err, &apiErr) {
+		fmt.Println(apiErr.Status, apiErr.Code)
+	}
+	// Output:
+	// no such topic
+	// 404 topic_not_found
+}
+
+func ExampleClient_Messages() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	_, err := client.SendBatch(ctx, "invoices", "", []sdk.SendMessage{
+		{Body: "invoice 1", Keys: []string{"customer-7"}},
+		{Body: "invoice 2", Keys: []string{"customer-8"}},
+		{Body: "invoice 3", Keys: []string{"customer-7"}},
+		{Body: "invoice 4", Keys: []string{"customer-7"}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Every message with a key, page by page.
+	var bodies []string
+	for m, err := range client.Messages(ctx, "invoices", sdk.MessageQuery{Key: "customer-7", Limit: 2}) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		bodies = append(bodies, m.Body)
+	}
+	sort.Strings(bodies)
+	fmt.Println(bodies)
+	// Output: [invoice 1 invoice 3 invoice 4]
+}
+
+// ------------------------------------------------------------- plumbing
+
+var examples struct {
+	mu       sync.Mutex
+	cleanups []func()
+}
+
+// exampleServer starts a real tidemq server in-process, with its data in a
+// temporary directory, and returns its URL; TestMain stops it.
+func exampleServer() string {
+	dir, err := os.MkdirTemp("", "tidemq-example-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	store, err := pebblestore.Open(dir, pebblestore.Options{Logger: quiet, CacheBytes: 8 << 20, MemTableBytes: 8 << 20})
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := core.New(store, core.Options{AutoCreate: true, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	gw, err := gateway.New(b, gateway.Options{Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	examples.mu.Lock()
+	defer examples.mu.Unlock()
+	examples.cleanups = append(examples.cleanups, func() {
+		b.StopPolling()
+		srv.Close()
+		if err := errors.Join(b.Close(), store.Close(), os.RemoveAll(dir)); err != nil {
+			log.Print(err)
+		}
+	})
+	return srv.URL
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	examples.mu.Lock()
+	for _, f := range examples.cleanups {
+		f()
+	}
+	examples.mu.Unlock()
+	os.Exit(code)
+}
