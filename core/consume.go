@@ -112,7 +112,7 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 			continue // the filter skipped a bounded stretch; read on
 		}
 		if len(got) > 0 {
-			out, err := b.readDeliveries(s, c, got)
+			out, err := b.readDeliveries(s, c, got, req.ConsumerID)
 			if err != nil {
 				return nil, err
 			}
@@ -257,7 +257,7 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 // readDeliveries reads the bodies of leased messages. A message that
 // retention removed meanwhile, or whose tag only collided with the filter's,
 // is settled as done and left out.
-func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased) ([]Delivered, error) {
+func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consumer string) ([]Delivered, error) {
 	b.mu.RLock()
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
@@ -287,7 +287,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased) ([]Del
 		parent := trace.SpanContextFromContext(remoteContext(m.Traceparent))
 		sc := parent
 		if b.tel.tracing {
-			attrs := append(messageAttrs(topicName, m), attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, c.consumerID)...)
+			attrs := append(messageAttrs(topicName, m), attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, consumer)...)
 			sc = b.tel.event(parent, SpanDeliver, now, attrs...)
 		}
 		traces = append(traces, sc)
