@@ -110,7 +110,8 @@ type Broker struct {
 
 	// adminMu serializes topic and subscription definition changes, which
 	// are rare; sends, pulls and acks never take it.
-	adminMu sync.Mutex
+	adminMu     sync.Mutex
+	retentionMu sync.Mutex
 
 	mu         sync.RWMutex // guards the maps below
 	topics     map[string]*topic
@@ -166,6 +167,8 @@ type topic struct {
 	// deleted is set by the appender when a delete is applied; later
 	// appends to the same *topic fail.
 	deleted atomic.Bool
+	// indexCut is the secondary index bucket retention last cut below.
+	indexCut atomic.Uint32
 }
 
 // queue is one ordered log of a topic.

@@ -14,14 +14,24 @@ func (b *Broker) EnforceRetention() error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
+	// One run at a time: two runs computing cuts from the same minimum
+	// would subtract the same bytes twice.
+	b.retentionMu.Lock()
+	defer b.retentionMu.Unlock()
 	now := b.now()
 	type cut struct {
 		q      *queue
+		oldMin uint64
 		newMin uint64
 		cutMs  int64
 		bytes  int64
 	}
 	var cuts []cut
+	type indexCut struct {
+		t      *topic
+		bucket uint32
+	}
+	var indexCuts []indexCut
 	b.mu.RLock()
 	topics := make([]*topic, 0, len(b.topics))
 	for _, t := range b.topics {
@@ -34,6 +44,11 @@ func (b *Broker) EnforceRetention() error {
 		rec, queues := t.rec, t.queues
 		b.mu.RUnlock()
 		cutMs := now.Add(-time.Duration(rec.RetentionHours) * time.Hour).UnixMilli()
+		// Whole index buckets older than the cut go with one tombstone, once
+		// per bucket.
+		if bucket := IndexBucket(cutMs); bucket > t.indexCut.Load() {
+			indexCuts = append(indexCuts, indexCut{t, bucket})
+		}
 		for _, q := range queues {
 			// Read next before looking up the cut: anything appended after
 			// is newer than the cut time.
@@ -54,7 +69,7 @@ func (b *Broker) EnforceRetention() error {
 				if err != nil {
 					return err
 				}
-				cuts = append(cuts, cut{q: q, newMin: newMin, cutMs: cutMs, bytes: bytes})
+				cuts = append(cuts, cut{q: q, oldMin: lo, newMin: newMin, cutMs: cutMs, bytes: bytes})
 			}
 			if first := max(newMin, lo); first < next {
 				err := b.store.ScanQueue(rec.ID, q.id, first, first+1, func(e IndexEntry) bool {
@@ -67,21 +82,32 @@ func (b *Broker) EnforceRetention() error {
 			}
 		}
 	}
-	if len(cuts) == 0 {
+	if len(cuts) == 0 && len(indexCuts) == 0 {
 		return nil
 	}
 	req := &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) {
 		for _, c := range cuts {
+			if c.q.min.Load() != c.oldMin {
+				continue // cut meanwhile; the next run measures again
+			}
 			batch.CutQueue(c.q.topicID, c.q.id, c.newMin, c.cutMs)
 			c.q.pendingBytes -= c.bytes
 			b.touch(c.q)
 		}
-		// Records appended since the scan have seqs at or above the
-		// appender's next seq, so the cut never reaches them.
-		batch.CutLog(min(oldestSeq, b.nextSeq))
+		for _, ic := range indexCuts {
+			batch.CutIndex(ic.t.rec.ID, ic.bucket)
+		}
+		if len(cuts) > 0 {
+			// Records appended since the scan have seqs at or above the
+			// appender's next seq, so the cut never reaches them.
+			batch.CutLog(min(oldestSeq, b.nextSeq))
+		}
 	}}, after: func() {
 		for _, c := range cuts {
-			c.q.min.Store(c.newMin)
+			c.q.min.CompareAndSwap(c.oldMin, c.newMin)
+		}
+		for _, ic := range indexCuts {
+			ic.t.indexCut.Store(ic.bucket)
 		}
 	}}
 	if err := b.submit(context.Background(), req); err != nil {

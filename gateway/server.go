@@ -23,7 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
+	"github.com/klauspost/compress/gzhttp"
 	"github.com/klauspost/compress/zstd"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -73,7 +73,10 @@ type Server struct {
 	reqIDs   atomic.Uint64
 	latency  metric.Float64Histogram
 	tokens   atomic.Pointer[Tokens]
+	gzip     func(http.Handler) http.HandlerFunc
 }
+
+func (s *Server) compress(next http.Handler) http.Handler { return s.gzip(next) }
 
 // New builds the HTTP handler over a broker.
 func New(b *core.Broker, opts Options) (*Server, error) {
@@ -108,6 +111,14 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	}
+	// Replies are gzipped only from 1 KiB up: compressing a 120-byte send
+	// reply cost more CPU than storing the message (gzip writer resets).
+	if s.gzip, err = gzhttp.NewWrapper(gzhttp.MinSize(1024), gzhttp.CompressionLevel(5), gzhttp.ContentTypes([]string{
+		"application/json", "application/problem+json", "application/yaml", "text/html",
+		"text/plain", "text/css", "application/javascript", "image/svg+xml",
+	})); err != nil {
+		return nil, fmt.Errorf("gateway: gzip: %w", err)
 	}
 	s.mux = s.routes()
 	// HTTP server metrics only: message spans are made by the broker, and
@@ -144,7 +155,7 @@ type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) error
 func (s *Server) routes() *chi.Mux {
 	m := chi.NewRouter()
 	m.Use(s.requestLog, s.recoverer)
-	m.Use(middleware.Compress(5, "application/json", "application/problem+json", "application/yaml", "text/html", "text/plain", "text/css", "application/javascript"))
+	m.Use(s.compress)
 	m.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problemOf(problemKind{404, "not_found", "Not found"}, "no such path: "+r.URL.Path))
 	})

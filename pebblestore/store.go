@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,7 +143,8 @@ func (s *Store) Flush() error { return s.read(s.db.Flush) }
 // Compact compacts the whole key space, so deleted data leaves the disk.
 func (s *Store) Compact() error {
 	return s.read(func() error {
-		return s.db.Compact(nil, []byte{0xff}, []byte{0xff, 0xff}, true)
+		// Every key starts with a letter (see doc.go): this spans them all.
+		return s.db.Compact(context.Background(), []byte{0x00}, []byte{0xff}, true)
 	})
 }
 

@@ -23,6 +23,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:8080", data: "./data", autoCreate: true, fsync: "always",
 		maxMessageBytes: core.DefaultMaxMessageBytes, logLevel: "info", shutdownTimeout: 30 * time.Second,
+		maxConnections: 10000, minFreeBytes: 128 << 20,
 	}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v (SPEC §6)", c, want)
@@ -40,6 +41,7 @@ func TestParseConfigFlags(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:9999", data: "/var/lib/tidemq", autoCreate: false, fsync: "never",
 		maxMessageBytes: 1024, logLevel: "debug", shutdownTimeout: 5 * time.Second,
+		maxConnections: 10000, minFreeBytes: 128 << 20,
 	}
 	if c != want {
 		t.Errorf("flags = %+v, want %+v", c, want)
@@ -58,6 +60,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:7000", data: "/data", autoCreate: false, fsync: "never",
 		maxMessageBytes: 2048, logLevel: "warn", shutdownTimeout: 30 * time.Second,
+		maxConnections: 10000, minFreeBytes: 128 << 20,
 	}
 	if c != want {
 		t.Errorf("from the environment = %+v, want %+v", c, want)
@@ -90,7 +93,6 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad --auto-create", []string{"--auto-create=maybe"}, nil, []string{"auto-create"}},
 		{"unknown flag", []string{"--no-such-flag"}, nil, []string{"no-such-flag"}},
 		{"non-numeric --max-message-bytes", []string{"--max-message-bytes", "x"}, nil, []string{"max-message-bytes"}},
-		{"--tokens not built yet", []string{"--tokens", "tokens.yaml"}, nil, []string{"--tokens"}},
 		// Every problem is reported at once.
 		{"all problems", []string{"--fsync", "bad", "--max-message-bytes", "-1"}, nil, []string{"--fsync", "--max-message-bytes"}},
 	} {
