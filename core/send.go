@@ -50,9 +50,22 @@ func ValidateMessage(m *Message, maxBytes int) error {
 	if len(m.Keys) > MaxKeys {
 		return invalid("/keys", "at most %d keys", MaxKeys)
 	}
+	// Every string is valid UTF-8: it is served back in JSON, and a key
+	// that JSON turned into U+FFFD could never be queried again.
 	for i, k := range m.Keys {
-		if n := utf8.RuneCountInString(k); n == 0 || n > MaxKeyLen {
-			return invalid(fmt.Sprintf("/keys/%d", i), "must be 1-%d characters", MaxKeyLen)
+		if n := utf8.RuneCountInString(k); n == 0 || n > MaxKeyLen || !utf8.ValidString(k) {
+			return invalid(fmt.Sprintf("/keys/%d", i), "must be 1-%d characters of valid UTF-8", MaxKeyLen)
+		}
+	}
+	if !utf8.ValidString(m.ShardingKey) {
+		return invalid("/shardingKey", "must be valid UTF-8")
+	}
+	if !utf8.ValidString(m.DedupKey) {
+		return invalid("/dedupKey", "must be valid UTF-8")
+	}
+	for k, v := range m.Properties {
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return invalid("/properties", "names and values must be valid UTF-8")
 		}
 	}
 	if utf8.RuneCountInString(m.DedupKey) > MaxDedupKeyLen {
