@@ -275,8 +275,7 @@ func New(store Store, opts Options) (*Broker, error) {
 			d.ready = true
 			c.released = append(c.released, d)
 		}
-		c.deliveries[dkey{retryQueue, p.ID}] = d
-		c.nRetry++
+		c.addRetry(d)
 	}
 	b.restoreDedup(snap.Dedup, nowMs)
 	if b.tel, err = newTelemetry(b, opts.TracerProvider, opts.MeterProvider); err != nil {

@@ -399,6 +399,10 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 	}
 	if d == nil {
 		sq := c.queues[r.queueID]
+		if c.retryOf[dkey{r.queueID, r.offset}] != nil {
+			// Nacked: the message lives on as a retry with handles of its own.
+			return c, nil, ErrReceiptExpired
+		}
 		if r.offset < sq.next {
 			// Not outstanding: acked already (a retried ack) or settled.
 			return c, nil, errAlreadyDone

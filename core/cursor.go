@@ -20,7 +20,10 @@ type cursor struct {
 	released   []*delivery // ready to go out again, oldest first
 	rr         int
 	nRetry     int64 // parked retries: waiting, ready or leased
-	promoted   int   // orderly messages made ready by done, not yet announced
+	// retryOf finds the live retry of a queue position, so a handle of the
+	// delivery that was nacked is told apart from one that was acked.
+	retryOf  map[dkey]*delivery
+	promoted int // orderly messages made ready by done, not yet announced
 }
 
 // retryQueue is the queue id of deliveries of parked retries; their offset
@@ -84,7 +87,7 @@ type keyState struct {
 }
 
 func newCursor(id uint32, consumerID string) *cursor {
-	return &cursor{id: id, consumerID: consumerID, deliveries: map[dkey]*delivery{}}
+	return &cursor{id: id, consumerID: consumerID, deliveries: map[dkey]*delivery{}, retryOf: map[dkey]*delivery{}}
 }
 
 func newSubQueue(id uint32, start uint64) *subQueue {
@@ -275,6 +278,9 @@ func (c *cursor) done(d *delivery) {
 	delete(c.deliveries, dkey{d.queue, d.offset})
 	if d.isRetry() {
 		c.nRetry--
+		if k := (dkey{d.origQueue, d.origOffset}); c.retryOf[k] == d {
+			delete(c.retryOf, k)
+		}
 		return
 	}
 	sq := c.queues[d.queue]
@@ -377,3 +383,10 @@ func (h *leaseHeap) Pop() any {
 }
 
 var _ heap.Interface = (*leaseHeap)(nil)
+
+// addRetry tracks a parked retry delivery.
+func (c *cursor) addRetry(d *delivery) {
+	c.deliveries[dkey{retryQueue, d.offset}] = d
+	c.retryOf[dkey{d.origQueue, d.origOffset}] = d
+	c.nRetry++
+}

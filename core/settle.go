@@ -239,8 +239,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				touched[d.queue] = append(touched[d.queue], d.offset)
 				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
 					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1, msgID: d.msgID, trace: d.trace}
-				c.deliveries[dkey{retryQueue, parked.ID}] = nd
-				c.nRetry++
+				c.addRetry(nd)
 				d = nd
 			} else if d.leased {
 				heapRemove(&c.leases, d)
@@ -442,9 +441,8 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			nd.trace = b.tel.event(trace.SpanContextFromContext(remoteContext(d.Msg.Traceparent)), SpanRedrive,
 				b.now(), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
 		}
-		c.deliveries[dkey{retryQueue, p.ID}] = nd
+		c.addRetry(nd)
 		c.released = append(c.released, nd)
-		c.nRetry++
 		s.nDead--
 		redriven++
 	}

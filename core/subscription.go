@@ -555,6 +555,9 @@ func (s *subscription) info() SubscriptionInfo {
 	for ci, c := range s.cursors() {
 		inflight := make([]int64, len(queues))
 		for _, d := range c.deliveries {
+			if d.suspended {
+				info.Retrying++ // an orderly key waiting out its retry delay
+			}
 			switch {
 			case !d.leased:
 			case d.isRetry():
@@ -596,8 +599,11 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Lag += st.Lag
 		info.Inflight += st.Inflight
 	}
-	// A nacked message left its queue for a retry but is not acked yet.
-	info.Lag += info.Retrying
+	// A nacked message left its queue for a retry but is not acked yet
+	// (an orderly one that waits is still counted in its queue).
+	for _, c := range s.cursors() {
+		info.Lag += c.nRetry
+	}
 	ids := make([]string, 0, len(s.consumers))
 	for id, c := range s.consumers {
 		if now.Sub(c.lastSeen) > b.opts.ConsumerExpiry {

@@ -280,13 +280,20 @@ func (b *Broker) appendDelayed(ps []*Parked) error {
 	return nil
 }
 
-// cleanupTimers drops processed timers with one range tombstone.
+// cleanupTimers drops processed timers with one range tombstone. It is a
+// batch of its own and takes its bound when applied: every timer committed
+// before it has then reported itself (timerLow), so none that still has to
+// fire is below the bound, and none in the same batch is covered.
 func (b *Broker) cleanupTimers() {
-	cursor := b.timerCursor.Load()
-	if cursor <= 0 {
-		return
-	}
-	req := &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) { batch.DeleteTimersBefore(cursor) }}}
+	req := &request{kind: reqAdmin, admin: func(batch Batch) {
+		bound := b.timerCursor.Load()
+		if low := b.timerLow.Load(); low > 0 && low < bound {
+			bound = low
+		}
+		if bound > 0 {
+			batch.DeleteTimersBefore(bound)
+		}
+	}}
 	if err := b.submit(context.Background(), req); err != nil && !errors.Is(err, ErrClosed) {
 		b.log.Error("cleaning up timers", "err", err)
 	}

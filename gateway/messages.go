@@ -132,7 +132,8 @@ func deliveryTime(delaySeconds *int64, deliverAt *time.Time, now time.Time) (int
 		if *delaySeconds == 0 {
 			return 0, nil
 		}
-		return now.Add(time.Duration(*delaySeconds) * time.Second).UnixMilli(), nil
+		// Rounded up to the millisecond: never due before the delay is over.
+		return (now.Add(time.Duration(*delaySeconds)*time.Second).UnixNano() + 999_999) / 1e6, nil
 	}
 	if deliverAt != nil {
 		if deliverAt.After(now.Add(core.MaxDelaySeconds * time.Second)) {

@@ -1,0 +1,56 @@
+package core_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+// benchDiscard is a span exporter that drops spans: the benchmark measures
+// recording and batching on the send path, not an exporter's network.
+type benchDiscard struct{}
+
+func (benchDiscard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (benchDiscard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkSendTracing is BenchmarkBrokerSend (16 producers, 1 KiB, fsync
+// on) with tracing off and on (every message sampled, a batch span
+// processor as in the binary), so the cost of tracing is a ratio of the
+// same run.
+func BenchmarkSendTracing(b *testing.B) {
+	for _, n := range []int{1, 100} {
+		for _, tracing := range []string{"off", "on"} {
+			b.Run(fmt.Sprintf("batch=%d/tracing=%s", n, tracing), func(b *testing.B) {
+				opts := core.Options{}
+				if tracing == "on" {
+					tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(benchDiscard{}))
+					b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+					opts.TracerProvider = tp
+				}
+				br, _ := benchOpen(b, opts)
+				body := benchPayload(benchKiB)
+				b.SetBytes(int64(n * benchKiB))
+				b.ReportAllocs()
+				b.SetParallelism(benchParallelism(16))
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					msgs := make([]*core.Message, n)
+					for pb.Next() {
+						for i := range msgs {
+							msgs[i] = &core.Message{Body: body}
+						}
+						if _, err := br.Send(context.Background(), benchTopic, msgs); err != nil {
+							b.Errorf("Send: %v", err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+			})
+		}
+	}
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/go-chi/chi/v5"
+
+	"github.com/tidemq/tidemq/loadtest"
+)
+
+// pebbleBaseline is the floor under a send: raw Pebble synced appends of
+// the same bytes, in a fresh directory on the same disk as the broker's.
+type pebbleBaseline struct {
+	BaseDir      string // "" is the system's temp dir
+	MessageBytes int
+	Batch        int // Sets per commit
+	Writers      int // goroutines committing concurrently
+	Warmup       time.Duration
+	Duration     time.Duration
+}
+
+// pebbleResult is what a baseline measured: messages per second and the
+// latency of one synced commit.
+type pebbleResult struct {
+	Messages   int64            `json:"messages"`
+	Elapsed    loadtest.Seconds `json:"elapsedSeconds"`
+	MsgsPerSec float64          `json:"msgsPerSec"`
+	Commit     loadtest.Latency `json:"commit"`
+	CPU        time.Duration    `json:"cpuNs"` // process CPU time while measuring
+}
+
+// run writes values of MessageBytes random letters (the broker's bodies are
+// the same) under 9-byte sequential keys ('L' + writer + seq, the shape of
+// the store's log keys), Batch per pebble.Batch, committed with
+// pebble.Sync by Writers goroutines. Pebble gets the options pebblestore
+// opens it with (format, memtable, L0 thresholds, compactions).
+func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
+	dir, err := os.MkdirTemp(p.BaseDir, "tidemq-load-pebble-")
+	if err != nil {
+		return res, err
+	}
+	defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	cache := pebble.NewCache(256 << 20)
+	defer cache.Unref()
+	opts := &pebble.Options{
+		Cache:                       cache,
+		FormatMajorVersion:          pebble.FormatTableFormatV6,
+		MemTableSize:                64 << 20,
+		MemTableStopWritesThreshold: 4,
+		L0CompactionThreshold:       2,
+		L0StopWritesThreshold:       1000,
+		LBaseMaxBytes:               64 << 20,
+		Logger:                      quietPebble{},
+	}
+	opts.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return res, fmt.Errorf("pebble.Open: %w", err)
+	}
+	defer func() { err = errors.Join(err, db.Close()) }()
+
+	value := []byte(letters(p.MessageBytes))
+	hists := make([]*hdrhistogram.Histogram, p.Writers)
+	var messages atomic.Int64
+	var measuring atomic.Bool
+	var firstErr error
+	var errOnce sync.Once
+	warmEnd := time.Now().Add(p.Warmup)
+	end := warmEnd.Add(p.Duration)
+	var start time.Time
+	var wg sync.WaitGroup
+	for w := range p.Writers {
+		hists[w] = loadtest.NewHistogram()
+		wg.Go(func() {
+			key := make([]byte, 9)
+			key[0] = 'L'
+			seq := uint64(w) << 40
+			for ctx.Err() == nil {
+				now := time.Now()
+				if !now.Before(end) {
+					return
+				}
+				b := db.NewBatch()
+				for range p.Batch {
+					binary.BigEndian.PutUint64(key[1:], seq)
+					seq++
+					_ = b.Set(key, value, nil) // cannot fail on an open batch
+				}
+				err := b.Commit(pebble.Sync)
+				_ = b.Close()
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				if measuring.Load() {
+					loadtest.RecordLatency(hists[w], time.Since(now))
+					messages.Add(int64(p.Batch))
+				}
+			}
+		})
+	}
+	// Switch from warm-up to measuring at warmEnd.
+	select {
+	case <-time.After(time.Until(warmEnd)):
+	case <-ctx.Done():
+	}
+	start = time.Now()
+	cpu0 := cpuTime()
+	measuring.Store(true)
+	wg.Wait()
+	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
+	if firstErr != nil {
+		return res, fmt.Errorf("pebble commit: %w", firstErr)
+	}
+	h := loadtest.NewHistogram()
+	for _, w := range hists {
+		h.Merge(w)
+	}
+	res = pebbleResult{Messages: messages.Load(), Elapsed: loadtest.Seconds(elapsed), Commit: loadtest.LatencyOf(h), CPU: cpu}
+	res.MsgsPerSec = float64(res.Messages) / elapsed.Seconds()
+	return res, ctx.Err()
+}
+
+// cpuTime is the CPU time (user and system) this process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// letters is n random lowercase letters, like the load tester's bodies.
+func letters(n int) string {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(rand.IntN(26))
+	}
+	return string(b)
+}
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
+
+// startNoop serves a chi router that does nothing: a send (single or
+// batch) reads its body and answers 201 with a send result of the real
+// size; anything else (the load tester's topic and subscription set-up)
+// gets 201 {}.
+func startNoop() (*server, error) {
+	single := []byte(`{"messageId":"1O8GTGXJ0V5JVDKQ6ZQ5XH","queueId":3,"offset":123456,"storedAt":"2026-01-02T03:04:05.678Z","duplicate":false}` + "\n")
+	reply := func(body []byte) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			w.WriteHeader(http.StatusCreated)
+			_, _ = w.Write(body)
+		}
+	}
+	m := chi.NewRouter()
+	m.Post("/v1/topics/{topic}/messages", reply(single))
+	m.HandleFunc("/*", reply([]byte("{}\n")))
+	return serve(m)
+}

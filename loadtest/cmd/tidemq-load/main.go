@@ -1,0 +1,267 @@
+// Command tidemq-load drives a tidemq broker over HTTP and reports
+// throughput, latency percentiles and errors by problem code (package
+// loadtest does the work; this is flags and wiring).
+//
+// One scenario against a running broker, or an in-process one (a fresh
+// temp data dir, fsync on):
+//
+//	go run ./loadtest/cmd/tidemq-load -url http://127.0.0.1:8080 -producers 16 -batch 100 -duration 10s
+//	go run ./loadtest/cmd/tidemq-load -inprocess -producers 64 -consumers 8 -format json
+//
+// The target suite: raw Pebble synced appends and a no-op chi handler
+// measured in the same run, each ratio printed next to its target:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -cpuprofile cpu.pprof
+//	go tool pprof -top -cum -tagfocus side=server cpu.pprof
+//
+// Client and in-process broker share the process: the CPU profile labels
+// every goroutine side=server or side=client.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/tidemq/tidemq/loadtest"
+)
+
+type config struct {
+	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel string
+	inprocess, quiet, noAck, e2e                                       bool
+	warmup                                                             time.Duration
+	rounds                                                             int
+	sc                                                                 loadtest.Scenario
+}
+
+func parseFlags(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("tidemq-load", flag.ContinueOnError)
+	fs.StringVar(&c.url, "url", "", "base URL of a running broker (e.g. http://127.0.0.1:8080)")
+	fs.BoolVar(&c.inprocess, "inprocess", false, "start a broker in this process (fresh temp data dir, fsync on) instead of -url")
+	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
+	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
+	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets")
+	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (with -suite, of -profile-phase) to this file")
+	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof)")
+	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&c.e2e, "e2e", true, "with -suite targets: also run a send+consume phase for end-to-end latency (no target)")
+	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
+
+	sc := &c.sc
+	fs.StringVar(&sc.Topic, "topic", "", "topic (default: a fresh loadtest-<id>, deleted at the end)")
+	fs.IntVar(&sc.Queues, "queues", 0, "queues of the topic, when created (0: broker default)")
+	fs.StringVar(&sc.Group, "group", "", "consumer group (default loadtest)")
+	fs.IntVar(&sc.Producers.Count, "producers", 16, "concurrent producers")
+	fs.IntVar(&sc.Producers.Batch, "batch", 1, "messages per send request (1: single send; more: batch send)")
+	fs.IntVar(&sc.Producers.MessageBytes, "size", 1024, "message body bytes")
+	fs.Float64Var(&sc.Producers.Rate, "rate", 0, "open loop: messages per second in all (0: closed loop)")
+	fs.IntVar(&sc.Consumers.Count, "consumers", 0, "concurrent consumers")
+	fs.IntVar(&sc.Consumers.MaxMessages, "pull", 32, "messages per pull")
+	fs.IntVar(&sc.Consumers.WaitSeconds, "wait", 1, "long-poll seconds of each pull")
+	fs.BoolVar(&c.noAck, "noack", false, "consumers do not ack")
+	fs.DurationVar(&sc.Duration, "duration", 10*time.Second, "how long to send (with -suite: each phase, default 5s)")
+	fs.Int64Var(&sc.Messages, "messages", 0, "how many messages to send (0: for -duration)")
+	fs.DurationVar(&sc.DrainTimeout, "drain", 10*time.Second, "how long consumers may drain after producers stop")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	durationSet := false
+	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
+	if c.suite != "" && !durationSet {
+		sc.Duration = 5 * time.Second
+	}
+	sc.Consumers.NoAck = c.noAck
+	sc.Token = c.token
+	if sc.Consumers.WaitSeconds == 0 {
+		sc.Consumers.WaitSeconds = -1 // the flag's 0 means "answer at once"
+	}
+	var errs []error
+	if c.inprocess == (c.url != "") {
+		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
+	}
+	if c.suite != "" && c.suite != "targets" {
+		errs = append(errs, fmt.Errorf("-suite %q: the only suite is targets", c.suite))
+	}
+	if c.format != "markdown" && c.format != "json" {
+		errs = append(errs, fmt.Errorf("-format %q: markdown or json", c.format))
+	}
+	if c.suite == "" {
+		v := *sc
+		v.URL = "http://placeholder"
+		if err := v.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return c, errors.Join(errs...)
+}
+
+func main() {
+	c, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tidemq-load:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "tidemq-load:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var progress io.Writer = stderr
+	if c.quiet {
+		progress = nil
+	}
+	if c.suite == "targets" {
+		return runSuite(ctx, c, log, progress, stdout)
+	}
+	return runScenario(ctx, c, log, progress, stdout)
+}
+
+// runScenario runs the one scenario of the flags: a warm-up, then the
+// measured run, whose report goes to stdout.
+func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) (err error) {
+	url := c.url
+	if c.inprocess {
+		b, err := startBroker(c.dir, log)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, b.Close()) }()
+		url = b.URL
+	}
+	sc := c.sc
+	sc.URL = url
+	sc.Client = loadtest.NewClient(sc.Producers.Count + 2*sc.Consumers.Count + 4)
+	if c.warmup > 0 {
+		w := sc
+		w.Duration, w.Messages = c.warmup, 0
+		if _, err := runLabeled(ctx, w); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
+	sc.Progress = progress
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
+	}
+	rep, err := runLabeled(ctx, sc)
+	if rep.RunID != "" {
+		if werr := writeOutput(stdout, c.format, rep, rep.WriteMarkdown); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+// runSuite runs -suite targets and writes its table.
+func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) error {
+	s := &suite{url: c.url, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
+		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds}
+	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
+	res.Machine = describeMachine(c.dir)
+	targets, err := s.runTargets(ctx)
+	if err == nil && c.e2e {
+		err = s.runE2E(ctx)
+	}
+	res.Machine.LoadAfter = loadAverage()
+	res.Machine.Took = time.Since(res.Machine.Start)
+	res.Phases, res.Targets = s.phases, targets
+	if werr := writeOutput(stdout, c.format, res, res.writeMarkdown); werr != nil {
+		err = errors.Join(err, werr)
+	}
+	return err
+}
+
+func writeOutput(w io.Writer, format string, v any, markdown func(io.Writer) error) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	return markdown(w)
+}
+
+// machine describes where the numbers come from.
+type machine struct {
+	CPU        string        `json:"cpu"`
+	NumCPU     int           `json:"numCPU"`
+	GOMAXPROCS int           `json:"gomaxprocs"`
+	GoVersion  string        `json:"goVersion"`
+	DataDir    string        `json:"dataDir"`
+	LoadBefore string        `json:"loadAverageBefore"`
+	LoadAfter  string        `json:"loadAverageAfter"`
+	Start      time.Time     `json:"start"`
+	Took       time.Duration `json:"tookNs"`
+}
+
+func describeMachine(dir string) machine {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return machine{CPU: cpuModel(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		GoVersion: runtime.Version(), DataDir: dir, LoadBefore: loadAverage(), Start: time.Now()}
+}
+
+// loadAverage is the 1, 5 and 15 minute load averages ("" off Linux).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}

@@ -1,0 +1,235 @@
+package loadtest_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/loadtest"
+	"github.com/tidemq/tidemq/pebblestore"
+)
+
+// startBroker serves the real wiring (Pebble in t.TempDir(), fsync on) on
+// 127.0.0.1:0; everything is closed when the test ends.
+func startBroker(t *testing.T, maxMessageBytes int) string {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	store, err := pebblestore.Open(t.TempDir(), pebblestore.Options{Logger: log})
+	if err != nil {
+		t.Fatalf("pebblestore.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := store.Close(); err != nil {
+			t.Errorf("store Close: %v", err)
+		}
+	})
+	br, err := core.New(store, core.Options{Logger: log, MaxMessageBytes: maxMessageBytes})
+	if err != nil {
+		t.Fatalf("core.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := br.Close(); err != nil {
+			t.Errorf("broker Close: %v", err)
+		}
+	})
+	gw, err := gateway.New(br, gateway.Options{Logger: log, MaxMessageBytes: maxMessageBytes})
+	if err != nil {
+		t.Fatalf("gateway.New: %v", err)
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(func() {
+		br.StopPolling()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// checkLatency checks a summary is internally consistent and counts want
+// values.
+func checkLatency(t *testing.T, name string, l loadtest.Latency, want int64) {
+	t.Helper()
+	if l.Count != want {
+		t.Errorf("%s latency count = %d, want %d", name, l.Count, want)
+	}
+	if want == 0 {
+		return
+	}
+	steps := []time.Duration{l.Min, l.P50, l.P90, l.P99, l.P999, l.Max}
+	for i := 1; i < len(steps); i++ {
+		if steps[i] < steps[i-1] {
+			t.Errorf("%s percentiles not monotonic: min/p50/p90/p99/p99.9/max = %v", name, steps)
+			break
+		}
+	}
+	if l.Min <= 0 || l.Mean < l.Min || l.Mean > l.Max {
+		t.Errorf("%s: min %v mean %v max %v", name, l.Min, l.Mean, l.Max)
+	}
+}
+
+// checkDrained checks a run whose consumers acked everything it sent.
+func checkDrained(t *testing.T, r loadtest.Report) {
+	t.Helper()
+	for name, o := range map[string]loadtest.OpStats{"send": r.Send, "pull": r.Pull, "ack": r.Ack} {
+		if len(o.Errors) != 0 {
+			t.Errorf("%s errors: %v", name, o.Errors)
+		}
+	}
+	if r.Sent == 0 || r.Delivered != r.Sent || r.Acked != r.Sent {
+		t.Errorf("sent %d, delivered %d, acked %d: want all equal and > 0", r.Sent, r.Delivered, r.Acked)
+	}
+	if r.Redelivered != 0 || r.Stale != 0 {
+		t.Errorf("redelivered %d, stale %d: want 0", r.Redelivered, r.Stale)
+	}
+	if r.Send.Messages != r.Sent || r.Pull.Messages != r.Delivered || r.Ack.Messages != r.Acked {
+		t.Errorf("op messages send %d pull %d ack %d, want %d", r.Send.Messages, r.Pull.Messages, r.Ack.Messages, r.Sent)
+	}
+	checkLatency(t, "send", r.Send.Latency, r.Send.Requests)
+	checkLatency(t, "pull", r.Pull.Latency, r.Pull.Requests-r.Pull.Empty)
+	checkLatency(t, "ack", r.Ack.Latency, r.Ack.Requests)
+	checkLatency(t, "end to end", r.EndToEnd, r.Delivered)
+	if r.Ack.Requests != r.Pull.Requests-r.Pull.Empty {
+		t.Errorf("%d ack requests for %d non-empty pulls", r.Ack.Requests, r.Pull.Requests-r.Pull.Empty)
+	}
+	if r.SendRate <= 0 || r.DeliverRate <= 0 || r.Elapsed <= 0 {
+		t.Errorf("rates %g/%g over %v", r.SendRate, r.DeliverRate, time.Duration(r.Elapsed))
+	}
+}
+
+func TestRun(t *testing.T) {
+	url := startBroker(t, 0)
+	cases := []struct {
+		name string
+		s    loadtest.Scenario
+		// check beyond checkDrained
+		check func(t *testing.T, r loadtest.Report)
+	}{
+		{
+			name: "single send, message count",
+			s: loadtest.Scenario{
+				Producers: loadtest.Producers{Count: 3, MessageBytes: 256},
+				Consumers: loadtest.Consumers{Count: 2, MaxMessages: 16},
+				Messages:  151,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				if r.Sent != 151 || r.Send.Requests != 151 {
+					t.Errorf("sent %d in %d requests, want 151 in 151", r.Sent, r.Send.Requests)
+				}
+			},
+		},
+		{
+			name: "batch send, duration",
+			s: loadtest.Scenario{
+				Queues:    4,
+				Producers: loadtest.Producers{Count: 2, Batch: 10, MessageBytes: 100},
+				Consumers: loadtest.Consumers{Count: 2, MaxMessages: 64},
+				Duration:  time.Second,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				if r.Sent != 10*r.Send.Requests {
+					t.Errorf("sent %d in %d batch requests of 10", r.Sent, r.Send.Requests)
+				}
+				if e := time.Duration(r.Elapsed); e < time.Second || e > 5*time.Second {
+					t.Errorf("elapsed %v for a 1s run", e)
+				}
+			},
+		},
+		{
+			name: "open loop",
+			s: loadtest.Scenario{
+				Producers: loadtest.Producers{Count: 8, Batch: 2, Rate: 200},
+				Consumers: loadtest.Consumers{Count: 1},
+				Duration:  time.Second,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				// 200 msg/s in requests of 2 for 1s: 100 requests scheduled,
+				// most of them sent even on a slow machine (-race).
+				if r.Sent+r.Missed != 200 || r.Send.Requests != r.Sent/2 || r.Sent < 100 {
+					t.Errorf("sent %d + missed %d in %d requests, want 200 in 100", r.Sent, r.Missed, r.Send.Requests)
+				}
+			},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.s.URL = url
+			var progress bytes.Buffer
+			c.s.Progress = &progress
+			c.s.ProgressInterval = 200 * time.Millisecond
+			r, err := c.s.Run(t.Context())
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			var md bytes.Buffer
+			if err := r.WriteMarkdown(&md); err != nil || !strings.Contains(md.String(), "| send |") {
+				t.Errorf("markdown: %v\n%s", err, md.String())
+			}
+			t.Logf("report:\n%s", md.String())
+			checkDrained(t, r)
+			c.check(t, r)
+			if !strings.Contains(progress.String(), "msg/s") {
+				t.Errorf("no progress line: %q", progress.String())
+			}
+			raw, err := json.Marshal(r)
+			if err != nil {
+				t.Fatalf("json: %v", err)
+			}
+			var back loadtest.Report
+			if err := json.Unmarshal(raw, &back); err != nil || back.Sent != r.Sent || back.Send.Latency.Count != r.Send.Latency.Count {
+				t.Errorf("JSON round trip: %v\n%s", err, raw)
+			}
+		})
+	}
+}
+
+// TestRunCountsProblems checks failed sends are counted under their problem
+// code: bodies above the broker's limit are 413 message_too_large.
+func TestRunCountsProblems(t *testing.T) {
+	url := startBroker(t, 100)
+	r, err := loadtest.Scenario{
+		URL:       url,
+		Producers: loadtest.Producers{Count: 2, MessageBytes: 200},
+		Messages:  20,
+	}.Run(t.Context())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Sent != 0 || r.Send.Requests != 20 || r.Send.Errors["message_too_large"] != 20 || len(r.Send.Errors) != 1 {
+		t.Errorf("sent %d, requests %d, errors %v; want 0, 20, message_too_large 20", r.Sent, r.Send.Requests, r.Send.Errors)
+	}
+	checkLatency(t, "send", r.Send.Latency, 20)
+
+	// No broker at all: transport errors, and Run still ends.
+	r, err = loadtest.Scenario{
+		URL: "http://127.0.0.1:1", SkipSetup: true,
+		Producers: loadtest.Producers{Count: 1}, Messages: 3,
+	}.Run(t.Context())
+	if err != nil || r.Send.Errors["transport"] != 3 {
+		t.Errorf("Run against nothing: %v, errors %v", err, r.Send.Errors)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	err := loadtest.Scenario{
+		URL: "ftp://x", Topic: "bad name",
+		Producers: loadtest.Producers{Batch: 5000, Rate: -1},
+		Consumers: loadtest.Consumers{MaxMessages: 2000},
+	}.Validate()
+	if err == nil {
+		t.Fatal("Validate passed a broken scenario")
+	}
+	for _, want := range []string{"URL", "Topic", "no producers", "Batch", "Rate", "MaxMessages", "never end"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate error does not mention %s:\n%v", want, err)
+		}
+	}
+	if err := (loadtest.Scenario{URL: "http://127.0.0.1:8080", Producers: loadtest.Producers{Count: 1}, Duration: time.Second}).Validate(); err != nil {
+		t.Errorf("Validate of a good scenario: %v", err)
+	}
+}

@@ -1,0 +1,171 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+)
+
+// The wire format of openapi.yaml, as much of it as the load needs.
+
+// PropRun and PropSentAt are the message properties a run puts on every
+// message: the run's id, and the Unix time in nanoseconds at which the send
+// request was built.
+const (
+	PropRun    = "loadtest.run"
+	PropSentAt = "loadtest.sentAt"
+)
+
+// letters returns n random lowercase letters: a body that needs no JSON
+// escaping and compresses about as well as text does.
+func letters(n int, seed uint64) string {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a' + byte(r.IntN(26))
+	}
+	return string(b)
+}
+
+// appendMessage appends one SendMessage object to buf.
+func appendMessage(buf []byte, body, runID string, sentAtNs int64) []byte {
+	buf = append(buf, `{"body":"`...)
+	buf = append(buf, body...)
+	buf = append(buf, `","properties":{"`+PropRun+`":"`...)
+	buf = append(buf, runID...)
+	buf = append(buf, `","`+PropSentAt+`":"`...)
+	buf = strconv.AppendInt(buf, sentAtNs, 10)
+	buf = append(buf, `"}}`...)
+	return buf
+}
+
+// sendBody is a SendMessage (n == 1 and !batch) or a SendBatch of n
+// messages, all stamped sentAtNs.
+func sendBody(n int, batch bool, body, runID string, sentAtNs int64) []byte {
+	buf := make([]byte, 0, n*(len(body)+96)+16)
+	if !batch {
+		return appendMessage(buf, body, runID, sentAtNs)
+	}
+	buf = append(buf, `{"messages":[`...)
+	for i := range n {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = appendMessage(buf, body, runID, sentAtNs)
+	}
+	return append(buf, "]}"...)
+}
+
+type pullRequest struct {
+	MaxMessages      int    `json:"maxMessages"`
+	WaitSeconds      int    `json:"waitSeconds"`
+	InvisibleSeconds int    `json:"invisibleSeconds"`
+	ConsumerID       string `json:"consumerId"`
+}
+
+// pulledMessage is the part of a PulledMessage the load looks at.
+type pulledMessage struct {
+	DeliveryAttempt int               `json:"deliveryAttempt"`
+	ReceiptHandle   string            `json:"receiptHandle"`
+	Properties      map[string]string `json:"properties"`
+}
+
+type pullResult struct {
+	Messages []pulledMessage `json:"messages"`
+}
+
+type ackRequest struct {
+	ReceiptHandles []string `json:"receiptHandles"`
+}
+
+type ackResult struct {
+	Acked  int64 `json:"acked"`
+	Failed []struct {
+		Code string `json:"code"`
+	} `json:"failed"`
+}
+
+// requestError is a failed request, with the code it is counted under.
+type requestError struct {
+	Code   string
+	Status int
+	Detail string
+	Err    error
+}
+
+func (e *requestError) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("HTTP %d %s: %s", e.Status, e.Code, e.Detail)
+	}
+	return fmt.Sprintf("%s: %v", e.Code, e.Err)
+}
+
+func (e *requestError) Unwrap() error { return e.Err }
+
+// errorCode is the code a failed request is counted under.
+func errorCode(err error) string {
+	if re, ok := errors.AsType[*requestError](err); ok {
+		return re.Code
+	}
+	return "transport"
+}
+
+// do sends one JSON request to path (below the scenario's URL) and, on a
+// 2xx reply, decodes it into out (or discards it when out is nil). Any
+// other reply is a *requestError coded by its problem's `code`.
+func (r *runner) do(ctx context.Context, method, path string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, r.s.URL+path, rd)
+	if err != nil {
+		return &requestError{Code: "transport", Err: err}
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.s.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.s.Token)
+	}
+	resp, err := r.s.Client.Do(req)
+	if err != nil {
+		code := "transport"
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = "timeout"
+		}
+		return &requestError{Code: code, Err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var p struct {
+			Code   string `json:"code"`
+			Detail string `json:"detail"`
+		}
+		if json.Unmarshal(raw, &p) != nil || p.Code == "" {
+			p.Code = "http_" + strconv.Itoa(resp.StatusCode)
+			p.Detail = string(raw)
+		}
+		return &requestError{Code: p.Code, Status: resp.StatusCode, Detail: p.Detail}
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	} else {
+		err = json.NewDecoder(resp.Body).Decode(out)
+	}
+	if err != nil {
+		code := "transport"
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = "timeout"
+		}
+		return &requestError{Code: code, Err: fmt.Errorf("reading the reply: %w", err)}
+	}
+	return nil
+}
