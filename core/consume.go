@@ -168,7 +168,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool,
 		return nil, 0, false, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.group)
 	}
 	w := &leaseWork{
-		max: req.MaxMessages, deadline: now.Add(req.Invisible).UnixMilli(), nowMs: now.UnixMilli(),
+		max: req.MaxMessages, deadline: dueAfter(now, req.Invisible), nowMs: now.UnixMilli(), now: now,
 		consumer: req.ConsumerID, orderly: s.rec.Orderly, filter: s.filter, maxRetry: s.rec.MaxRetries,
 		delays: s.rec.RetryDelays, maxLeases: b.opts.MaxLeasesPerQueue,
 	}

@@ -124,6 +124,7 @@ type leaseWork struct {
 	max       int
 	deadline  int64 // lease end
 	nowMs     int64
+	now       time.Time
 	consumer  string
 	orderly   bool
 	filter    *tagFilter
@@ -246,7 +247,7 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 		case d.attempt >= w.maxRetry+1:
 			dead = append(dead, d)
 		case w.orderly && !d.isRetry():
-			c.suspend(d, w.nowMs+retryDelay(w.delays, d.attempt).Milliseconds())
+			c.suspend(d, dueAfter(w.now, retryDelay(w.delays, d.attempt)))
 		default:
 			d.ready = true
 			c.released = append(c.released, d)

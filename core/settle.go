@@ -224,7 +224,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			if wait < 0 {
 				wait = retryDelay(s.rec.RetryDelays, d.attempt)
 			}
-			due := nowMs + wait.Milliseconds()
+			due := dueAfter(b.now(), wait)
 			if s.rec.Orderly && !d.isRetry() {
 				// Orderly: the message keeps its place and suspends its
 				// key alone; other keys keep flowing.
@@ -304,7 +304,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	b.mu.RLock()
 	queues := s.topic.queues
 	b.mu.RUnlock()
-	deadline := b.now().Add(invisible).UnixMilli()
+	deadline := dueAfter(b.now(), invisible)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -466,4 +466,10 @@ func (s *subscription) settleAttrs(d *delivery) []attribute.KeyValue {
 		attrs = append(attrs, attribute.String("messaging.message.id", d.msgID))
 	}
 	return attrs
+}
+
+// dueAfter is now+wait in Unix ms, rounded up: a retry is never due before
+// its delay is over.
+func dueAfter(now time.Time, wait time.Duration) int64 {
+	return (now.Add(wait).UnixNano() + 999_999) / 1e6
 }
