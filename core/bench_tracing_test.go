@@ -54,3 +54,32 @@ func BenchmarkSendTracing(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSendTracingCPU is the same with fsync off, so what differs is
+// the CPU tracing costs per message, not the disk's noise.
+func BenchmarkSendTracingCPU(b *testing.B) {
+	for _, tracing := range []string{"off", "on"} {
+		b.Run("batch=100/tracing="+tracing, func(b *testing.B) {
+			opts := core.Options{NoSync: true}
+			if tracing == "on" {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(benchDiscard{}))
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				opts.TracerProvider = tp
+			}
+			br, _ := benchOpen(b, opts)
+			body := benchPayload(benchKiB)
+			b.SetBytes(100 * benchKiB)
+			b.ReportAllocs()
+			msgs := make([]*core.Message, 100)
+			for b.Loop() {
+				for i := range msgs {
+					msgs[i] = &core.Message{Body: body}
+				}
+				if _, err := br.Send(context.Background(), benchTopic, msgs); err != nil {
+					b.Fatalf("Send: %v", err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(100*b.N), "ns/msg")
+		})
+	}
+}

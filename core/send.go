@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -119,8 +118,9 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 		// One span per message: each message is one trace (or joins the
 		// producer's), and its stored traceparent parents every later step.
 		spans = make([]trace.Span, len(msgs))
+		startOpts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now)}
 		for i, m := range msgs {
-			_, spans[i] = b.tel.tracer.Start(ctx, SpanSend, trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now))
+			_, spans[i] = b.tel.tracer.Start(ctx, SpanSend, startOpts...)
 			m.Traceparent = formatTraceparent(spans[i].SpanContext())
 		}
 	} else if tp := formatTraceparent(trace.SpanContextFromContext(ctx)); tp != "" {
@@ -130,18 +130,24 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	}
 	req := &request{kind: reqAppend, topic: t, msgs: msgs}
 	err = b.submit(ctx, req)
+	// One attribute buffer for all: SetAttributes copies it.
+	var attrs []attribute.KeyValue
+	if len(spans) > 0 {
+		attrs = make([]attribute.KeyValue, 0, 12)
+	}
 	for i, sp := range spans {
-		m := msgs[i]
-		sp.SetAttributes(messageAttrs(topicName, m)...)
+		attrs = appendMessageAttrs(attrs[:0], topicName, msgs[i])
+		if err == nil {
+			r := req.results[i]
+			attrs = append(attrs, attribute.Bool("tidemq.duplicate", r.Duplicate), attribute.Bool("tidemq.delayed", r.Delayed))
+			if !r.Delayed {
+				attrs = append(attrs, attribute.Int64("messaging.message.offset", int64(r.Offset)))
+			}
+		}
+		sp.SetAttributes(attrs...)
 		if err != nil {
 			sp.RecordError(err)
 			sp.SetStatus(codes.Error, err.Error())
-		} else {
-			r := req.results[i]
-			sp.SetAttributes(attribute.Bool("tidemq.duplicate", r.Duplicate), attribute.Bool("tidemq.delayed", r.Delayed))
-			if !r.Delayed {
-				sp.SetAttributes(attribute.String("messaging.message.offset", strconv.FormatUint(r.Offset, 10)))
-			}
 		}
 		sp.End()
 	}
@@ -152,9 +158,9 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	for _, m := range msgs {
 		bytes += int64(len(m.Body))
 	}
-	attrs := metric.WithAttributes(attribute.String("topic", topicName))
-	b.tel.msgsIn.Add(ctx, int64(len(msgs)), attrs)
-	b.tel.bytesIn.Add(ctx, bytes, attrs)
+	topicAttr := metric.WithAttributes(attribute.String("topic", topicName))
+	b.tel.msgsIn.Add(ctx, int64(len(msgs)), topicAttr)
+	b.tel.bytesIn.Add(ctx, bytes, topicAttr)
 	return req.results, nil
 }
 

@@ -3,7 +3,6 @@ package core
 import (
 	"context"
 	"encoding/hex"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -140,7 +139,10 @@ type StoreStats struct {
 
 // messageAttrs are the messaging semantic-convention attributes of a message.
 func messageAttrs(topic string, m *Message) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 9)
+	return appendMessageAttrs(make([]attribute.KeyValue, 0, 9), topic, m)
+}
+
+func appendMessageAttrs(attrs []attribute.KeyValue, topic string, m *Message) []attribute.KeyValue {
 	attrs = append(attrs,
 		attribute.String("messaging.system", "tidemq"),
 		attribute.String("messaging.destination.name", topic),
@@ -228,7 +230,7 @@ func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int,
 		attribute.String("messaging.destination.name", topic),
 		attribute.String("messaging.consumer.group.name", group),
 		attribute.Int("messaging.destination.partition.id", int(queue)),
-		attribute.String("messaging.message.offset", strconv.FormatUint(offset, 10)),
+		attribute.Int64("messaging.message.offset", int64(offset)),
 		attribute.Int("tidemq.delivery_attempt", attempt),
 		attribute.String("messaging.client.id", consumer),
 	}
