@@ -147,28 +147,32 @@ func benchSettle(b *testing.B, store *pebblestore.Store) {
 // wall time per Send call (all senders together).
 func BenchmarkBrokerSend(b *testing.B) {
 	for _, n := range []int{1, 100} {
-		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) {
-			br, _ := benchOpen(b, core.Options{})
-			body := benchPayload(benchKiB)
-			b.SetBytes(int64(n * benchKiB))
-			b.ReportAllocs()
-			b.SetParallelism(benchParallelism(16))
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				msgs := make([]*core.Message, n)
-				for pb.Next() {
-					for i := range msgs {
-						msgs[i] = &core.Message{Body: body}
-					}
-					if _, err := br.Send(context.Background(), benchTopic, msgs); err != nil {
-						b.Errorf("Send: %v", err)
-						return
-					}
-				}
-			})
-			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
-		})
+		b.Run(fmt.Sprintf("batch=%d", n), func(b *testing.B) { benchSendParallel(b, core.Options{}, n) })
 	}
+}
+
+// benchSendParallel runs 16 senders of n × 1 KiB per Send on a fresh
+// broker with opts, and reports msgs/s.
+func benchSendParallel(b *testing.B, opts core.Options, n int) {
+	br, _ := benchOpen(b, opts)
+	body := benchPayload(benchKiB)
+	b.SetBytes(int64(n * benchKiB))
+	b.ReportAllocs()
+	b.SetParallelism(benchParallelism(16))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		msgs := make([]*core.Message, n)
+		for pb.Next() {
+			for i := range msgs {
+				msgs[i] = &core.Message{Body: body}
+			}
+			if _, err := br.Send(context.Background(), benchTopic, msgs); err != nil {
+				b.Errorf("Send: %v", err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
 // BenchmarkPullAck is one consumer pulling 32 messages (1 KiB) and acking

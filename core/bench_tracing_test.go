@@ -31,25 +31,7 @@ func BenchmarkSendTracing(b *testing.B) {
 					b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 					opts.TracerProvider = tp
 				}
-				br, _ := benchOpen(b, opts)
-				body := benchPayload(benchKiB)
-				b.SetBytes(int64(n * benchKiB))
-				b.ReportAllocs()
-				b.SetParallelism(benchParallelism(16))
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					msgs := make([]*core.Message, n)
-					for pb.Next() {
-						for i := range msgs {
-							msgs[i] = &core.Message{Body: body}
-						}
-						if _, err := br.Send(context.Background(), benchTopic, msgs); err != nil {
-							b.Errorf("Send: %v", err)
-							return
-						}
-					}
-				})
-				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "msgs/s")
+				benchSendParallel(b, opts, n)
 			})
 		}
 	}
