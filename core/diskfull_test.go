@@ -3,6 +3,10 @@ package core_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -71,5 +75,107 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 	}
 	if info, _ := b.GetTopic("t"); info.Messages != 2 {
 		t.Fatalf("topic holds %d messages, want 2 (the refused one not stored)", info.Messages)
+	}
+}
+
+// TestDiskFullOnTmpfs fills a real, size-limited filesystem: a 96 MiB
+// tmpfs mounted by the test (root only), holding Pebble and a ballast file.
+// Sends are refused with ErrInsufficientStorage before the disk is full;
+// everything acknowledged is readable, survives a reopen, and sends work
+// again once the ballast is removed.
+func TestDiskFullOnTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a size-limited tmpfs needs root; the disk-full rule is also covered by TestDiskNearlyFullRefusesSendsAndRecovers")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=96m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (%v: %s); the disk-full rule is also covered by TestDiskNearlyFullRefusesSendsAndRecovers", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	ballast := filepath.Join(mnt, "ballast")
+	if err := os.WriteFile(ballast, make([]byte, 40<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "data")
+	open := func() (*pebblestore.Store, *core.Broker) {
+		store, err := pebblestore.Open(dir, pebblestore.Options{MemTableBytes: 4 << 20, CacheBytes: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := core.New(store, core.Options{AutoCreate: true, MinFreeBytes: 16 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return store, b
+	}
+	store, b := open()
+	t.Cleanup(func() { _ = b.Close(); _ = store.Close() }) // on a failure path; Close is idempotent
+	ctx := context.Background()
+	if _, _, err := b.PutSubscription(ctx, "t", "g", core.SubscriptionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	body := make([]byte, 64<<10)
+	_, _ = rand.NewChaCha8([32]byte{7}).Read(body) // random: zstd cannot shrink it
+	acked := 0
+	var refused error
+	for i := 0; i < 2000 && refused == nil; i++ {
+		msgs := make([]*core.Message, 8)
+		for j := range msgs {
+			msgs[j] = &core.Message{Body: body}
+		}
+		if _, err := b.Send(ctx, "t", msgs); err != nil {
+			refused = err
+			break
+		}
+		acked += len(msgs)
+	}
+	if !errors.Is(refused, core.ErrInsufficientStorage) {
+		t.Fatalf("after %d acknowledged messages the send ended with %v, want ErrInsufficientStorage", acked, refused)
+	}
+	if acked == 0 {
+		t.Fatal("the disk was full before anything was stored")
+	}
+	t.Logf("%d messages of 64 KiB acknowledged before the 16 MiB reserve was reached; then: %v", acked, refused)
+	info, _ := b.GetTopic("t")
+	if info.Messages != int64(acked) {
+		t.Fatalf("topic holds %d messages, %d were acknowledged", info.Messages, acked)
+	}
+	// Reopen on the nearly full disk: every acknowledged message is there.
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, b = open()
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := store.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if info, _ := b.GetTopic("t"); info.Messages != int64(acked) {
+		t.Fatalf("after reopening, %d messages, %d were acknowledged", info.Messages, acked)
+	}
+	got := 0
+	for got < acked {
+		ds, err := b.Pull(ctx, "t", "g", core.PullRequest{MaxMessages: 100})
+		if err != nil || len(ds) == 0 {
+			t.Fatalf("pulled %d of %d acknowledged messages: %v", got, acked, err)
+		}
+		got += len(ds)
+	}
+	// Space returns: sends are accepted again.
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Send(ctx, "t", []*core.Message{{Body: body}}); err != nil {
+		t.Fatalf("send after space returned: %v", err)
 	}
 }
