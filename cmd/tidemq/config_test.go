@@ -23,7 +23,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:8080", data: "./data", autoCreate: true, fsync: "always",
 		maxMessageBytes: core.DefaultMaxMessageBytes, logLevel: "info", shutdownTimeout: 30 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20,
+		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("defaults = %+v, want %+v (SPEC §6)", c, want)
@@ -41,7 +41,7 @@ func TestParseConfigFlags(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:9999", data: "/var/lib/tidemq", autoCreate: false, fsync: "never",
 		maxMessageBytes: 1024, logLevel: "debug", shutdownTimeout: 5 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20,
+		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("flags = %+v, want %+v", c, want)
@@ -60,7 +60,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 	want := config{
 		addr: "127.0.0.1:7000", data: "/data", autoCreate: false, fsync: "never",
 		maxMessageBytes: 2048, logLevel: "warn", shutdownTimeout: 30 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20,
+		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
 	}
 	if c != want {
 		t.Errorf("from the environment = %+v, want %+v", c, want)

@@ -37,6 +37,7 @@ type config struct {
 	jaegerUI        string
 	maxConnections  int
 	minFreeBytes    int64
+	consumerExpiry  time.Duration
 }
 
 // parseConfig reads flags, each defaulting to its environment variable.
@@ -66,6 +67,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", env("TIDEMQ_LOG_LEVEL", "info"), "debug, info, warn or error (TIDEMQ_LOG_LEVEL)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.BoolVar(&c.insecure, "insecure", env("TIDEMQ_INSECURE", "") == "true", "allow listening beyond loopback without --tokens (TIDEMQ_INSECURE)")
+	fs.DurationVar(&c.consumerExpiry, "consumer-expiry", 2*time.Minute, "how long a consumer that stopped pulling stays in subscription stats")
 	fs.Int64Var(&c.minFreeBytes, "min-free-bytes", 128<<20, "disk space kept free: below it sends get 507 insufficient_storage until space returns")
 	fs.IntVar(&c.maxConnections, "max-connections", 10000, "most client connections served at once; more wait in the listen backlog")
 	fs.StringVar(&c.jaegerUI, "jaeger-ui", env("TIDEMQ_JAEGER_UI", ""), "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
@@ -141,6 +143,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		Logger: log, AutoCreate: cfg.autoCreate, NoSync: cfg.fsync == "never",
 		MaxMessageBytes: cfg.maxMessageBytes, TracerProvider: tel.tracerProvider,
 		MeterProvider: tel.meterProvider, Notifier: notifier, MinFreeBytes: cfg.minFreeBytes,
+		ConsumerExpiry: cfg.consumerExpiry,
 	})
 	if err != nil {
 		return errors.Join(err, notifier.Close(), store.Close())
