@@ -84,59 +84,11 @@ type process struct {
 	waitErr error         // valid after done
 }
 
-// startTidemq starts the binary on dataDir and waits for /readyz. Cleanup
-// kills it if it still runs.
+// startTidemq starts the binary on dataDir on a free loopback port and
+// waits for /readyz (see startTidemqAt).
 func startTidemq(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
-	bin := tidemqBinary(t)
-	addr := freeAddr(t)
-	p := &process{base: "http://" + addr, log: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"--addr", addr, "--data", dataDir}, args...)...)
-	for _, kv := range os.Environ() { // the flags say it all
-		if !strings.HasPrefix(kv, "TIDEMQ_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.waitErr = p.cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("tidemq log (%s):\n%s", addr, truncateLog(p.log.String()))
-		}
-	})
-	hc := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		select {
-		case <-p.done:
-			t.Fatalf("tidemq exited before it was ready: %v\n%s", p.waitErr, p.log.String())
-		default:
-		}
-		resp, err := hc.Get(p.base + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tidemq not ready after 20 s: %v", err)
-		}
-		time.Sleep(wait)
-	}
+	return startTidemqAt(t, freeAddr(t), dataDir, args...)
 }
 
 // waitExit waits for the process to end.
