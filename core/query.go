@@ -277,10 +277,8 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 		})
 		return out, next, errors.Join(err, scanErr)
 	}
-	if q.QueueID == nil && q.From.IsZero() && q.To.IsZero() {
-		return nil, nil, invalid("", "give key, tag, from/to or queueId (with offset) to choose messages")
-	}
-	// A walk over queues in order, each from its first offset in range.
+	// A walk over queues in order, each from its first offset in range
+	// (with no filter at all: every retained message, queue by queue).
 	first := 0
 	if q.QueueID != nil {
 		if *q.QueueID < 0 || *q.QueueID >= len(queues) {
