@@ -205,6 +205,8 @@ func New(store Store, opts Options) (*Broker, error) {
 		closing:    make(chan struct{}),
 		polling:    make(chan struct{}),
 		nextSeq:    snap.NextSeq,
+		lastTopic:  snap.LastTopicID,
+		lastSub:    snap.LastSubID,
 	}
 	// Lease ids never repeat across restarts, so a receipt handle from before
 	// a restart can never match a lease made after it.
@@ -418,7 +420,11 @@ func (b *Broker) createTopicLocked(ctx context.Context, name string, cfg TopicCo
 		ID: b.lastTopic + 1, Name: name, Queues: cfg.Queues,
 		RetentionHours: cfg.RetentionHours, CreatedAtMs: b.now().UnixMilli(),
 	}
-	if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutTopic(rec) }}); err != nil {
+	lastSub := b.lastSub
+	if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
+		batch.PutTopic(rec)
+		batch.PutLastIDs(rec.ID, lastSub)
+	}}); err != nil {
 		return nil, err
 	}
 	t := &topic{rec: rec, subs: map[string]*subscription{}}

@@ -94,6 +94,9 @@ type Batch interface {
 	// watermark has passed it.
 	PutAck(subID, queueID uint32, offset uint64)
 	DeleteAck(subID, queueID uint32, offset uint64)
+	// PutLastIDs records the highest topic and subscription/cursor ids ever
+	// given, so a deleted one's id is never given again after a restart.
+	PutLastIDs(lastTopic, lastSub uint32)
 	// PutMember records a broadcast consumer's cursor id.
 	PutMember(subID uint32, consumerID string, cursorID uint32)
 	// DeleteCursor removes a cursor's watermarks and acks.
@@ -141,9 +144,11 @@ type IndexEntry struct {
 
 // Snapshot is the durable state the broker rebuilds its memory from.
 type Snapshot struct {
-	NextSeq       uint64
-	Topics        []*TopicRecord
-	Subscriptions []*SubscriptionRecord
+	NextSeq uint64
+	// LastTopicID and LastSubID are the highest ids ever given.
+	LastTopicID, LastSubID uint32
+	Topics                 []*TopicRecord
+	Subscriptions          []*SubscriptionRecord
 	// Queues holds the retained offset range and byte total of every queue of
 	// every topic, keyed by topic id.
 	Queues map[uint32][]QueueRange

@@ -289,8 +289,10 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 			s.main.queues = append(s.main.queues, newSubQueue(uint32(i), start))
 		}
 	}
+	lastTopic := b.lastTopic
 	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
 		batch.PutSubscription(rec)
+		batch.PutLastIDs(lastTopic, rec.ID)
 		for i, start := range starts {
 			batch.PutAckWatermark(rec.ID, uint32(i), start)
 		}
@@ -370,8 +372,10 @@ func (b *Broker) member(ctx context.Context, s *subscription, consumerID string)
 	for i, start := range starts {
 		c.queues = append(c.queues, newSubQueue(uint32(i), start))
 	}
+	lastTopic := b.lastTopic
 	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
 		batch.PutMember(rec.ID, consumerID, c.id)
+		batch.PutLastIDs(lastTopic, c.id)
 		for i, start := range starts {
 			batch.PutAckWatermark(c.id, uint32(i), start)
 		}

@@ -9,6 +9,7 @@
 //	t       t topicID                                     topic record (JSON)
 //	s       s subID                                       subscription record (JSON)
 //	M       M subID consumerID                            cursor id u32 of a broadcast consumer
+//	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
 //	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32

@@ -10,12 +10,13 @@ import (
 )
 
 const (
-	prefixRetry   = 'R' // R id → parked retry
-	prefixDelayed = 'P' // P id → parked delayed send
-	prefixTimer   = 'D' // D dueMs id → kind
-	prefixDead    = 'X' // X subID deadAtMs id → dead message
-	prefixDedup   = 'U' // U topicID key → remembered send result
-	prefixMember  = 'M' // M subID consumerID → cursor id
+	prefixRetry   = 'R'  // R id → parked retry
+	prefixDelayed = 'P'  // P id → parked delayed send
+	prefixTimer   = 'D'  // D dueMs id → kind
+	prefixDead    = 'X'  // X subID deadAtMs id → dead message
+	prefixDedup   = 'U'  // U topicID key → remembered send result
+	prefixMember  = 'M'  // M subID consumerID → cursor id
+	keyLastIDs    = "mI" // the highest topic and subscription ids ever given
 )
 
 func parkedKey(kind byte, id uint64) []byte {
@@ -400,4 +401,25 @@ func (s *Store) loadMembers(snap *core.Snapshot) error {
 func (b *batch) DeleteCursorQueue(cursorID, queueID uint32) {
 	lo := ackKey(cursorID, queueID, 0)
 	_ = b.b.DeleteRange(lo, ackKey(cursorID, queueID+1, 0), nil)
+}
+
+func (b *batch) PutLastIDs(lastTopic, lastSub uint32) {
+	v := be.AppendUint32(be.AppendUint32(nil, lastTopic), lastSub)
+	_ = b.b.Set([]byte(keyLastIDs), v, nil)
+}
+
+func (s *Store) loadLastIDs(snap *core.Snapshot) error {
+	v, closer, err := s.db.Get([]byte(keyLastIDs))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return errCorrupt
+	}
+	snap.LastTopicID, snap.LastSubID = be.Uint32(v), be.Uint32(v[4:])
+	return nil
 }

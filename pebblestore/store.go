@@ -166,6 +166,9 @@ func (s *Store) Load() (*core.Snapshot, error) {
 		if err := s.loadMembers(snap); err != nil {
 			return err
 		}
+		if err := s.loadLastIDs(snap); err != nil {
+			return err
+		}
 		return s.loadNextSeq(snap)
 	})
 	if err != nil {
