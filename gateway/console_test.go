@@ -192,6 +192,9 @@ var (
 // when it is missing and the test runs as root; otherwise the test skips.
 func needChromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("browser test skipped in -short mode (it drives a real Chromium)")
+	}
 	if _, err := os.Stat(chromiumPath); err == nil {
 		return chromiumPath
 	}
