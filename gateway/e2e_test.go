@@ -1040,8 +1040,8 @@ func TestE2ECompressedRequests(t *testing.T) {
 func TestE2ECompressedResponses(t *testing.T) {
 	t.Parallel()
 	c := startServer(t, serverConfig{}).client(t)
-	// 64 queues make the topic replies larger than the 1 KiB under which
-	// replies are sent as they are (gzip costs more than it saves there).
+	// 64 queues make the topic replies larger than the 256 bytes under
+	// which replies are sent as they are (gzip costs more than it saves).
 	c.createTopic("gzresp", 64)
 	c.send("gzresp", jsonMsg(strings.Repeat("compress me ", 100)))
 	if r := c.do("GET", "/healthz", nil, hdr{"Accept-Encoding": "gzip"}); r.header.Get("Content-Encoding") != "" {
