@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -481,18 +482,8 @@ func (b *Broker) ListTopics() []TopicInfo {
 	for _, t := range ts {
 		out = append(out, b.topicInfo(t))
 	}
-	slices.SortFunc(out, func(a, b TopicInfo) int { return compareStrings(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b TopicInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (b *Broker) topicInfo(t *topic) TopicInfo {

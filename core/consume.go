@@ -11,8 +11,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-func errorsIs(err, target error) bool { return errors.Is(err, target) }
-
 // Pull limits of SPEC §2.
 const (
 	DefaultMaxMessages      = 32

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -83,7 +84,7 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	if found == nil {
 		return nil, nil, fmt.Errorf("%w: %s", ErrMessageNotFound, id)
 	}
-	slices.SortFunc(subs, func(a, b *subscription) int { return compareStrings(a.rec.Group, b.rec.Group) })
+	slices.SortFunc(subs, func(a, b *subscription) int { return strings.Compare(a.group, b.group) })
 	var states []MessageState
 	for _, s := range subs {
 		st, err := b.messageStates(s, found)

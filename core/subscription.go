@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -412,7 +413,7 @@ func (b *Broker) subscriptionForPull(ctx context.Context, topicName, group strin
 }
 
 func isNotFound(err error) bool {
-	return errorsIs(err, ErrTopicNotFound) || errorsIs(err, ErrSubscriptionNotFound)
+	return errors.Is(err, ErrTopicNotFound) || errors.Is(err, ErrSubscriptionNotFound)
 }
 
 // retriesOf lists the parked retries of a subscription's cursors, so that
