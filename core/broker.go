@@ -520,13 +520,7 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	b.mu.RLock()
-	rec := t.rec
-	subs := make([]*subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	b.mu.RUnlock()
+	rec, subs := b.subsOf(t)
 	type subWrites struct {
 		retries   []*Parked
 		cursorIDs []uint32

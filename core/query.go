@@ -61,13 +61,7 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	if err != nil {
 		return nil, nil, err
 	}
-	b.mu.RLock()
-	rec := t.rec
-	subs := make([]*subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	b.mu.RUnlock()
+	rec, subs := b.subsOf(t)
 	var found *Message
 	from, to := b.indexBuckets(rec)
 	err = b.store.ScanIndex(rec.ID, IndexID, IndexHash(id), from, to, 0, 0, func(_ uint32, seq uint64) bool {
@@ -237,6 +231,23 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 	}
 	var out []*Message
 	var next *QueryCursor
+	var scanErr error
+	// take reads one candidate and keeps it when it matches; a message
+	// retention removed meanwhile is skipped. It reports whether to go on.
+	take := func(seq uint64) bool {
+		m, err := b.store.ReadMessage(seq)
+		if errors.Is(err, ErrMessageNotFound) {
+			return true
+		}
+		if err != nil {
+			scanErr = err
+			return false
+		}
+		if keep(m) {
+			out = append(out, m)
+		}
+		return true
+	}
 	if q.Key != "" || q.Tag != "" {
 		kind, value := IndexKey, q.Key
 		if q.Key == "" {
@@ -252,7 +263,6 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 		if q.Cursor != nil {
 			afterB, afterS = q.Cursor.Bucket, q.Cursor.Seq
 		}
-		var scanErr error
 		err := b.store.ScanIndex(rec.ID, kind, IndexHash(value), from, to, afterB, afterS, func(bucket uint32, seq uint64) bool {
 			if ctx.Err() != nil {
 				scanErr = ctx.Err()
@@ -263,18 +273,7 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 				next = &QueryCursor{Bucket: IndexBucket(last.StoredAtMs), Seq: last.Seq}
 				return false
 			}
-			m, err := b.store.ReadMessage(seq)
-			if errors.Is(err, ErrMessageNotFound) {
-				return true
-			}
-			if err != nil {
-				scanErr = err
-				return false
-			}
-			if keep(m) {
-				out = append(out, m)
-			}
-			return true
+			return take(seq)
 		})
 		return out, next, errors.Join(err, scanErr)
 	}
@@ -312,7 +311,6 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 		if q.Cursor != nil && qi == int(q.Cursor.QueueID) {
 			start = max(start, q.Cursor.Offset)
 		}
-		var scanErr error
 		err := b.store.ScanQueue(rec.ID, qu.id, start, end, func(e IndexEntry) bool {
 			if e.StoredAtMs > toMs {
 				return false
@@ -321,18 +319,7 @@ func (b *Broker) QueryMessages(ctx context.Context, topicName string, q Query) (
 				next = &QueryCursor{QueueID: qu.id, Offset: e.Offset}
 				return false
 			}
-			m, err := b.store.ReadMessage(e.Seq)
-			if errors.Is(err, ErrMessageNotFound) {
-				return true
-			}
-			if err != nil {
-				scanErr = err
-				return false
-			}
-			if keep(m) {
-				out = append(out, m)
-			}
-			return true
+			return take(e.Seq)
 		})
 		if err := errors.Join(err, scanErr); err != nil {
 			return nil, nil, err

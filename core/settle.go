@@ -45,23 +45,32 @@ func (b *Broker) DeadLetter(ctx context.Context, topicName, group string, handle
 	return b.settle(ctx, topicName, group, handles, settleDead, reason, -1)
 }
 
-func (b *Broker) settle(ctx context.Context, topicName, group string, handles []string, kind settleKind, reason string, delay time.Duration) (int, []HandleResult, error) {
+// handlesTarget checks a list of receipt handles and finds the
+// subscription they are for, with its topic's queues.
+func (b *Broker) handlesTarget(topicName, group string, handles []string) (*subscription, []*queue, error) {
 	if len(handles) == 0 || len(handles) > MaxMaxMessages {
-		return 0, nil, invalid("/receiptHandles", "must hold 1-%d handles", MaxMaxMessages)
+		return nil, nil, invalid("/receiptHandles", "must hold 1-%d handles", MaxMaxMessages)
 	}
 	s, err := b.subscription(topicName, group)
 	if err != nil {
-		return 0, nil, err
+		return nil, nil, err
 	}
 	b.mu.RLock()
-	queues := s.topic.queues
-	b.mu.RUnlock()
+	defer b.mu.RUnlock()
+	return s, s.topic.queues, nil
+}
+
+func (b *Broker) settle(ctx context.Context, topicName, group string, handles []string, kind settleKind, reason string, delay time.Duration) (int, []HandleResult, error) {
+	s, queues, err := b.handlesTarget(topicName, group, handles)
+	if err != nil {
+		return 0, nil, err
+	}
 	nowMs := b.now().UnixMilli()
 	var failed []HandleResult
 	n := 0
 	s.mu.Lock()
 	byCursor := map[*cursor][]*delivery{}
-	preRestart := map[*cursor]map[uint32][]uint64{}
+	var preRestart map[*cursor]map[uint32][]uint64 // rare: acks of leases from before a restart
 	for _, h := range handles {
 		c, d, err := s.lookupLocked(queues, h)
 		switch {
@@ -69,6 +78,9 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 			n++
 		case errors.Is(err, errPreRestart) && kind == settleAck:
 			c.queues[d.queue].preAcked[d.offset] = true
+			if preRestart == nil {
+				preRestart = map[*cursor]map[uint32][]uint64{}
+			}
 			if preRestart[c] == nil {
 				preRestart[c] = map[uint32][]uint64{}
 			}
@@ -291,19 +303,13 @@ func retryDelay(delays []time.Duration, attempt int) time.Duration {
 // from now. A handle whose lease ran out but whose message was not handed
 // out again is leased anew.
 func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []string, invisible time.Duration) (int, []HandleResult, error) {
-	if len(handles) == 0 || len(handles) > MaxMaxMessages {
-		return 0, nil, invalid("/receiptHandles", "must hold 1-%d handles", MaxMaxMessages)
-	}
 	if invisible < time.Second || invisible > MaxInvisibleSeconds*time.Second {
 		return 0, nil, invalid("/invisibleSeconds", "must be between 1 and %d", MaxInvisibleSeconds)
 	}
-	s, err := b.subscription(topicName, group)
+	s, queues, err := b.handlesTarget(topicName, group, handles)
 	if err != nil {
 		return 0, nil, err
 	}
-	b.mu.RLock()
-	queues := s.topic.queues
-	b.mu.RUnlock()
 	deadline := dueAfter(b.now(), invisible)
 	s.mu.Lock()
 	defer s.mu.Unlock()

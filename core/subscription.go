@@ -120,16 +120,26 @@ func (s *subscription) markDeleted() {
 	s.wake()
 }
 
+// wakeSubscriptions runs after every commit that appends to t. wake only
+// swaps a channel (no lock), so it is done under the read lock, with no copy.
 func (b *Broker) wakeSubscriptions(t *topic) {
 	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, s := range t.subs {
+		s.wake()
+	}
+}
+
+// subsOf snapshots a topic's record and subscriptions, for work that must
+// not hold Broker.mu (anything that takes a subscription's lock).
+func (b *Broker) subsOf(t *topic) (*TopicRecord, []*subscription) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	subs := make([]*subscription, 0, len(t.subs))
 	for _, s := range t.subs {
 		subs = append(subs, s)
 	}
-	b.mu.RUnlock()
-	for _, s := range subs {
-		s.wake()
-	}
+	return t.rec, subs
 }
 
 func (b *Broker) subscription(topicName, group string) (*subscription, error) {
@@ -519,12 +529,7 @@ func (b *Broker) ListSubscriptions(topicName string) ([]SubscriptionInfo, error)
 	if err != nil {
 		return nil, err
 	}
-	b.mu.RLock()
-	subs := make([]*subscription, 0, len(t.subs))
-	for _, s := range t.subs {
-		subs = append(subs, s)
-	}
-	b.mu.RUnlock()
+	_, subs := b.subsOf(t)
 	out := make([]SubscriptionInfo, 0, len(subs))
 	for _, s := range subs {
 		out = append(out, s.info())
