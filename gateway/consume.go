@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -149,72 +150,58 @@ func failedOut(results []core.HandleResult) []failedHandle {
 	return out
 }
 
-func (s *Server) ack(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req handlesRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
+// settleFunc applies one per-handle operation (ack, nack, extend,
+// deadletter) to a subscription.
+type settleFunc func(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error)
+
+// handlesEndpoint is the one shape of the four per-handle operations: a
+// list of receipt handles in, {"<counted>": n, "failed": […]} out.
+func (s *Server) handlesEndpoint(counted string, do settleFunc) handlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, body []byte) error {
+		var req handlesRequest
+		if err := decodeJSON(body, &req); err != nil {
+			return err
+		}
+		n, failed, err := do(r, chi.URLParam(r, "topic"), chi.URLParam(r, "group"), &req)
+		if err != nil {
+			return err
+		}
+		out, err := json.Marshal(failedOut(failed))
+		if err != nil {
+			return err
+		}
+		reply := make([]byte, 0, len(counted)+len(out)+32)
+		reply = append(reply, `{"`...)
+		reply = append(reply, counted...)
+		reply = append(reply, `":`...)
+		reply = strconv.AppendInt(reply, int64(n), 10)
+		reply = append(reply, `,"failed":`...)
+		reply = append(reply, out...)
+		return writeBody(w, http.StatusOK, append(reply, '}'))
 	}
-	n, failed, err := s.b.Ack(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, struct {
-		Acked  int            `json:"acked"`
-		Failed []failedHandle `json:"failed"`
-	}{n, failedOut(failed)})
 }
 
-func (s *Server) nack(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req handlesRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
-	}
+func (s *Server) ack(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error) {
+	return s.b.Ack(r.Context(), topic, group, req.ReceiptHandles)
+}
+
+func (s *Server) nack(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error) {
 	delay := time.Duration(-1)
 	if req.DelaySeconds != nil {
 		if *req.DelaySeconds < 0 || *req.DelaySeconds > core.MaxInvisibleSeconds {
-			return badRequest("/delaySeconds", "delaySeconds must be between 0 and %d", core.MaxInvisibleSeconds)
+			return 0, nil, badRequest("/delaySeconds", "delaySeconds must be between 0 and %d", core.MaxInvisibleSeconds)
 		}
 		delay = time.Duration(*req.DelaySeconds) * time.Second
 	}
-	n, failed, err := s.b.Nack(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles, delay, req.Reason)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, struct {
-		Nacked int            `json:"nacked"`
-		Failed []failedHandle `json:"failed"`
-	}{n, failedOut(failed)})
+	return s.b.Nack(r.Context(), topic, group, req.ReceiptHandles, delay, req.Reason)
 }
 
-func (s *Server) extend(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req handlesRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
-	}
-	n, failed, err := s.b.Extend(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles,
-		time.Duration(req.InvisibleSeconds)*time.Second)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, struct {
-		Extended int            `json:"extended"`
-		Failed   []failedHandle `json:"failed"`
-	}{n, failedOut(failed)})
+func (s *Server) extend(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error) {
+	return s.b.Extend(r.Context(), topic, group, req.ReceiptHandles, time.Duration(req.InvisibleSeconds)*time.Second)
 }
 
-func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req handlesRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
-	}
-	n, failed, err := s.b.DeadLetter(r.Context(), chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req.ReceiptHandles, req.Reason)
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, struct {
-		DeadLettered int            `json:"deadLettered"`
-		Failed       []failedHandle `json:"failed"`
-	}{n, failedOut(failed)})
+func (s *Server) deadLetter(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error) {
+	return s.b.DeadLetter(r.Context(), topic, group, req.ReceiptHandles, req.Reason)
 }
 
 type deadMessageJSON struct {

@@ -191,10 +191,10 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.getSubscription))
 	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.deleteSubscription))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.api(ActionSubscribe, s.timed("pull", s.pull)))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(ActionSubscribe, s.timed("ack", s.ack)))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(ActionSubscribe, s.nack))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(ActionSubscribe, s.extend))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(ActionSubscribe, s.deadLetter))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.api(ActionSubscribe, s.timed("ack", s.handlesEndpoint("acked", s.ack))))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(ActionSubscribe, s.handlesEndpoint("nacked", s.nack)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(ActionSubscribe, s.handlesEndpoint("extended", s.extend)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(ActionSubscribe, s.handlesEndpoint("deadLettered", s.deadLetter)))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(ActionAdmin, s.seek))
 	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(ActionAdmin, s.listDeadLetters))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(ActionAdmin, s.redrive))
@@ -294,12 +294,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 
 // validate checks the request against openapi.yaml.
 func (s *Server) validate(r *http.Request, body []byte) error {
-	vr := r.Clone(r.Context())
+	// A shallow copy carries the already decoded body; the headers are
+	// copied only in the rare case they must change.
+	vr := new(http.Request)
+	*vr = *r
 	vr.Body = io.NopCloser(bytes.NewReader(body))
 	vr.ContentLength = int64(len(body))
-	vr.Header.Del("Content-Encoding")
-	if vr.Header.Get("Content-Type") == "" && len(body) > 0 {
-		vr.Header.Set("Content-Type", "application/json")
+	if noType := vr.Header.Get("Content-Type") == "" && len(body) > 0; noType || vr.Header.Get("Content-Encoding") != "" {
+		vr.Header = vr.Header.Clone()
+		vr.Header.Del("Content-Encoding")
+		if noType {
+			vr.Header.Set("Content-Type", "application/json")
+		}
 	}
 	route, params, err := s.oaRouter.FindRoute(vr)
 	if err != nil {
@@ -462,11 +468,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) error {
 	if err != nil {
 		return err
 	}
+	return writeBody(w, status, body)
+}
+
+// writeBody writes a JSON document.
+func writeBody(w http.ResponseWriter, status int, body []byte) error {
 	body = append(body, '\n') // curl users read it on a line of its own
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	_, err = w.Write(body)
+	_, err := w.Write(body)
 	return err
 }
 
