@@ -89,9 +89,9 @@ func (s *Server) deleteSubscription(w http.ResponseWriter, r *http.Request, _ []
 }
 
 func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req pullRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
+	req, err := decodePull(body)
+	if err != nil {
+		return s.explainBody(r, body, err)
 	}
 	topic, group := chi.URLParam(r, "topic"), chi.URLParam(r, "group")
 	got, err := s.b.Pull(r.Context(), topic, group, core.PullRequest{
@@ -156,13 +156,13 @@ type settleFunc func(r *http.Request, topic, group string, req *handlesRequest) 
 
 // handlesEndpoint is the one shape of the four per-handle operations: a
 // list of receipt handles in, {"<counted>": n, "failed": […]} out.
-func (s *Server) handlesEndpoint(counted string, do settleFunc) handlerFunc {
+func (s *Server) handlesEndpoint(counted string, decode func([]byte) (*handlesRequest, error), do settleFunc) handlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, body []byte) error {
-		var req handlesRequest
-		if err := decodeJSON(body, &req); err != nil {
-			return err
+		req, err := decode(body)
+		if err != nil {
+			return s.explainBody(r, body, err)
 		}
-		n, failed, err := do(r, chi.URLParam(r, "topic"), chi.URLParam(r, "group"), &req)
+		n, failed, err := do(r, chi.URLParam(r, "topic"), chi.URLParam(r, "group"), req)
 		if err != nil {
 			return err
 		}
@@ -179,6 +179,13 @@ func (s *Server) handlesEndpoint(counted string, do settleFunc) handlerFunc {
 		reply = append(reply, out...)
 		return writeBody(w, http.StatusOK, append(reply, '}'))
 	}
+}
+
+// decodeHandles reads the bodies of nack, extend and deadletter, which
+// kin-openapi has already validated.
+func decodeHandles(body []byte) (*handlesRequest, error) {
+	req := new(handlesRequest)
+	return req, decodeJSON(body, req)
 }
 
 func (s *Server) ack(r *http.Request, topic, group string, req *handlesRequest) (int, []core.HandleResult, error) {

@@ -19,17 +19,20 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	now := time.Now()
 	var m *core.Message
 	var err error
+	if len(body) == 0 {
+		return s.explainBody(r, body, &fieldError{reason: "a request body is required"})
+	}
 	if isRaw(r) {
 		m, err = s.rawMessage(r, body, now)
 	} else {
-		var req sendRequest
-		if err := decodeJSON(body, &req); err != nil {
-			return err
+		var req *sendRequest
+		if req, err = decodeSend(body); err != nil {
+			return s.explainBody(r, body, err)
 		}
 		if req.DedupKey == "" {
 			req.DedupKey = r.Header.Get("Idempotency-Key")
 		}
-		m, err = s.jsonMessage(&req, "", now)
+		m, err = s.jsonMessage(req, "", now)
 	}
 	if err != nil {
 		return err
@@ -42,18 +45,18 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusCreated, sendResultOut(results[0]))
+	return writeBody(w, http.StatusCreated, sendResultJSON(results[0]))
 }
 
 func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) error {
-	var req batchRequest
-	if err := decodeJSON(body, &req); err != nil {
-		return err
+	reqs, err := decodeBatch(body)
+	if err != nil {
+		return s.explainBody(r, body, err)
 	}
 	now := time.Now()
-	msgs := make([]*core.Message, len(req.Messages))
-	for i := range req.Messages {
-		m, err := s.jsonMessage(&req.Messages[i], fmt.Sprintf("/messages/%d", i), now)
+	msgs := make([]*core.Message, len(reqs))
+	for i := range reqs {
+		m, err := s.jsonMessage(&reqs[i], fmt.Sprintf("/messages/%d", i), now)
 		if err != nil {
 			if ve, ok := errors.AsType[*core.ValidationError](err); ok {
 				ve.Entry = i
@@ -70,11 +73,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err != nil {
 		return err
 	}
-	out := batchResponse{Results: make([]sendResult, len(results))}
-	for i, res := range results {
-		out.Results[i] = sendResultOut(res)
-	}
-	return writeJSON(w, http.StatusCreated, out)
+	return writeBody(w, http.StatusCreated, batchResultJSON(results))
 }
 
 func isRaw(r *http.Request) bool {
@@ -91,7 +90,7 @@ func stampProducer(m *core.Message, r *http.Request) {
 // jsonMessage turns one JSON send entry into a message; pointer prefixes
 // field names in errors ("/messages/3").
 func (s *Server) jsonMessage(req *sendRequest, pointer string, now time.Time) (*core.Message, error) {
-	if req.Body == nil {
+	if !req.HasBody {
 		return nil, &core.ValidationError{Field: pointer + "/body", Reason: "is required", Entry: -1}
 	}
 	m := &core.Message{
@@ -100,9 +99,11 @@ func (s *Server) jsonMessage(req *sendRequest, pointer string, now time.Time) (*
 	}
 	switch req.BodyEncoding {
 	case "", "utf8":
-		m.Body = []byte(*req.Body)
+		m.Body = req.Body
 	case "base64":
-		b, err := base64.StdEncoding.DecodeString(*req.Body)
+		b := make([]byte, base64.StdEncoding.DecodedLen(len(req.Body)))
+		n, err := base64.StdEncoding.Decode(b, req.Body)
+		b = b[:n]
 		if err != nil {
 			return nil, &core.ValidationError{Field: pointer + "/body", Reason: "is not valid base64", Entry: -1}
 		}
