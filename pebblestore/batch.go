@@ -1,9 +1,11 @@
 package pebblestore
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -17,6 +19,59 @@ type batch struct {
 	val    []byte
 	err    error // the first encoding error; Commit reports it
 	lastTS map[[2]uint32]int64
+
+	// The queue, secondary and time index entries of appended messages wait
+	// here and go into the batch sorted, at Commit or before a range
+	// deletion. Pebble inserts a batch into its memtable skiplist in batch
+	// order, and an insert right after the previous one skips the search:
+	// interleaved (log, queue, id hash, log, …) every insert searched from
+	// the top, ~20% of the store's CPU. The log keys come in seq order
+	// already.
+	index    []byte    // the entries' bytes
+	indexKVs []indexKV // where each entry's key and value are in index
+}
+
+type indexKV struct{ keyStart, valStart, end int }
+
+// indexBufs recycles the index buffers of committed batches: a batch of a
+// few thousand messages holds ~200 KB of them.
+var indexBufs = sync.Pool{New: func() any { return new(indexBuf) }}
+
+type indexBuf struct {
+	index    []byte
+	indexKVs []indexKV
+}
+
+func (b *batch) deferIndex(key, val []byte) {
+	if b.index == nil {
+		buf := indexBufs.Get().(*indexBuf)
+		b.index, b.indexKVs = buf.index, buf.indexKVs
+	}
+	kv := indexKV{keyStart: len(b.index)}
+	b.index = append(b.index, key...)
+	kv.valStart = len(b.index)
+	b.index = append(b.index, val...)
+	kv.end = len(b.index)
+	b.indexKVs = append(b.indexKVs, kv)
+}
+
+// flushIndex writes the waiting index entries in key order. Stable: a key
+// set twice keeps its last value.
+func (b *batch) flushIndex() {
+	if len(b.indexKVs) == 0 {
+		return
+	}
+	slices.SortStableFunc(b.indexKVs, func(x, y indexKV) int {
+		return bytes.Compare(b.index[x.keyStart:x.valStart], b.index[y.keyStart:y.valStart])
+	})
+	for _, kv := range b.indexKVs {
+		var val []byte
+		if kv.end > kv.valStart {
+			val = b.index[kv.valStart:kv.end]
+		}
+		_ = b.b.Set(b.index[kv.keyStart:kv.valStart], val, nil)
+	}
+	b.index, b.indexKVs = b.index[:0], b.indexKVs[:0]
 }
 
 func (s *Store) NewBatch() core.Batch {
@@ -36,6 +91,7 @@ func (b *batch) PutTopic(t *core.TopicRecord) { b.setJSON(topicKey(t.ID), t) }
 func (b *batch) DeleteTopic(t *core.TopicRecord) {
 	// Bodies in the shared log are found through the topic's queue index and
 	// deleted one by one; the topic's own ranges go with range tombstones.
+	b.flushIndex()
 	lo, hi := prefixRange(id32Prefix(prefixQueue, t.ID))
 	err := b.s.read(func() error {
 		it, err := b.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -79,21 +135,21 @@ func (b *batch) Append(m *core.Message) {
 	b.key = logKey(b.key, m.Seq)
 	_ = b.b.Set(b.key, b.val, nil)
 	b.key = queueKey(b.key, m.TopicID, m.QueueID, m.Offset)
-	b.val = appendIndexValue(b.val, m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)), core.ShardingHash(m.ShardingKey))
-	_ = b.b.Set(b.key, b.val, nil)
+	b.val = appendIndexValue(b.val[:0], m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)), core.ShardingHash(m.ShardingKey))
+	b.deferIndex(b.key, b.val)
 	bucket := core.IndexBucket(m.StoredAtMs)
 	b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexID, core.IndexHash(m.ID), m.Seq)
-	_ = b.b.Set(b.key, nil, nil)
+	b.deferIndex(b.key, nil)
 	if m.Tag != "" {
 		b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexTag, core.IndexHash(m.Tag), m.Seq)
-		_ = b.b.Set(b.key, nil, nil)
+		b.deferIndex(b.key, nil)
 	}
 	for i, k := range m.Keys {
 		if slices.Contains(m.Keys[:i], k) {
 			continue
 		}
 		b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexKey, core.IndexHash(k), m.Seq)
-		_ = b.b.Set(b.key, nil, nil)
+		b.deferIndex(b.key, nil)
 	}
 	// The time index is sparse: one entry per queue per store time, pointing
 	// at the first offset stored then.
@@ -104,7 +160,7 @@ func (b *batch) Append(m *core.Message) {
 	if ts, ok := b.lastTS[qk]; !ok || ts != m.StoredAtMs {
 		b.lastTS[qk] = m.StoredAtMs
 		b.key = timeKey(b.key, m.TopicID, m.QueueID, m.StoredAtMs, m.Offset)
-		_ = b.b.Set(b.key, nil, nil)
+		b.deferIndex(b.key, nil)
 	}
 }
 
@@ -127,13 +183,14 @@ func (b *batch) DeleteAck(subID, queueID uint32, offset uint64) {
 	_ = b.b.Delete(ackKey(subID, queueID, offset), nil)
 }
 
-func (b *batch) Len() int { return b.b.Len() }
+func (b *batch) Len() int { return b.b.Len() + len(b.index) }
 
 func (b *batch) Commit(sync bool) error {
 	defer b.Close()
 	if b.err != nil {
 		return fmt.Errorf("pebblestore: commit: %w", b.err)
 	}
+	b.flushIndex()
 	opt := pebble.NoSync
 	if sync {
 		opt = pebble.Sync
@@ -150,9 +207,14 @@ func (b *batch) Close() {
 		_ = b.b.Close()
 		b.b = nil
 	}
+	if cap(b.index) > 0 {
+		indexBufs.Put(&indexBuf{index: b.index[:0], indexKVs: b.indexKVs[:0]})
+		b.index, b.indexKVs = nil, nil
+	}
 }
 
 func (b *batch) CutIndex(topicID uint32, bucket uint32) {
+	b.flushIndex()
 	lo := id32Prefix(prefixSecondary, topicID)
 	_ = b.b.DeleteRange(lo, be.AppendUint32(lo, bucket), nil)
 }

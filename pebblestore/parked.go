@@ -160,6 +160,7 @@ func (b *batch) PutDedup(r *core.DedupRecord) {
 func (b *batch) DeleteDedup(topicID uint32, key string) { _ = b.b.Delete(dedupKey(topicID, key), nil) }
 
 func (b *batch) CutQueue(topicID, queueID uint32, offset uint64, timeMs int64) {
+	b.flushIndex()
 	_ = b.b.DeleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset), nil)
 	_ = b.b.DeleteRange(historyKey(topicID, queueID, 0, 0, 0), historyKey(topicID, queueID, offset, 0, 0), nil)
 	_ = b.b.DeleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0), nil)
