@@ -1,9 +1,11 @@
 package core
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -268,17 +270,14 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	var drop []leased
 	now := b.now()
 	var bytes int64
-	for _, l := range got {
-		m, err := b.readLeased(l)
-		if errors.Is(err, ErrMessageNotFound) {
-			drop = append(drop, l)
-			continue
-		}
-		if err != nil {
-			s.releaseLeases(c, got)
-			return nil, err
-		}
-		if !filter.matches(m.Tag) {
+	msgs, err := b.readAllLeased(got)
+	if err != nil {
+		s.releaseLeases(c, got)
+		return nil, err
+	}
+	for i, l := range got {
+		m := msgs[i]
+		if m == nil || !filter.matches(m.Tag) { // removed by retention, or filtered
 			drop = append(drop, l)
 			continue
 		}
@@ -309,6 +308,37 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	attrs := metric.WithAttributes(attribute.String("topic", topicName), attribute.String("group", group))
 	b.tel.msgsOut.Add(context.Background(), int64(len(out)), attrs)
 	b.tel.bytesOut.Add(context.Background(), bytes, attrs)
+	return out, nil
+}
+
+// readAllLeased reads the messages of got (nil where retention removed
+// one): the log's in one pass in seq order, retries one by one.
+func (b *Broker) readAllLeased(got []leased) ([]*Message, error) {
+	out := make([]*Message, len(got))
+	order := make([]int, 0, len(got))
+	for i, l := range got {
+		if l.queue != retryQueue {
+			order = append(order, i)
+			continue
+		}
+		m, err := b.readLeased(l)
+		if err != nil && !errors.Is(err, ErrMessageNotFound) {
+			return nil, err
+		}
+		out[i] = m
+	}
+	slices.SortFunc(order, func(x, y int) int { return cmp.Compare(got[x].seq, got[y].seq) })
+	seqs := make([]uint64, len(order))
+	for j, i := range order {
+		seqs[j] = got[i].seq
+	}
+	read := make([]*Message, len(order))
+	if err := b.store.ReadMessages(seqs, read); err != nil {
+		return nil, err
+	}
+	for j, i := range order {
+		out[i] = read[j]
+	}
 	return out, nil
 }
 

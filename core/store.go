@@ -16,6 +16,10 @@ type Store interface {
 	// ReadMessage returns the message stored under seq; ErrMessageNotFound when
 	// retention removed it. The returned message is owned by the caller.
 	ReadMessage(seq uint64) (*Message, error)
+	// ReadMessages reads the messages stored under seqs (ascending) into
+	// out (len(out) == len(seqs)); a seq retention removed leaves nil. One
+	// pass over the log instead of a lookup per message.
+	ReadMessages(seqs []uint64, out []*Message) error
 	// OffsetAtTime returns the first offset of the queue stored at or after
 	// timeMs, or ok=false when every retained message is older.
 	OffsetAtTime(topicID, queueID uint32, timeMs int64) (offset uint64, ok bool, err error)

@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/base64"
-	"encoding/json"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tidemq/tidemq/core"
 )
@@ -260,10 +264,6 @@ type pullRequest struct {
 	ConsumerID       string `json:"consumerId"`
 }
 
-type pullResponse struct {
-	Messages []messageJSON `json:"messages"`
-}
-
 type handlesRequest struct {
 	ReceiptHandles   []string `json:"receiptHandles"`
 	DelaySeconds     *int64   `json:"delaySeconds"`
@@ -279,7 +279,97 @@ type failedHandle struct {
 // PulledMessageJSON is the JSON of one delivered message, exactly as a pull
 // returns it; push deliveries POST the same document.
 func PulledMessageJSON(d core.Delivered) ([]byte, error) {
-	return json.Marshal(pulledOut(d))
+	return appendPulled(nil, d), nil
+}
+
+// appendPulled writes pulledOut(d) as encoding/json would (fields in the
+// same order, empty ones left out the same way, property names sorted) but
+// without reflection or a string copy of the body: a pull of 256 1 KiB
+// messages spent as much CPU in encoding/json as in reading them from
+// Pebble. TestPulledJSONMatchesEncodingJSON holds the two together.
+func appendPulled(dst []byte, d core.Delivered) []byte {
+	m := d.Message
+	str := func(name, v string) {
+		dst = append(dst, name...)
+		dst, _ = jsontext.AppendQuote(dst, v)
+	}
+	str(`{"messageId":`, m.ID)
+	str(`,"topic":`, d.Topic)
+	dst = append(dst, `,"queueId":`...)
+	dst = strconv.AppendUint(dst, uint64(m.QueueID), 10)
+	dst = append(dst, `,"offset":`...)
+	dst = strconv.AppendUint(dst, m.Offset, 10)
+	dst = append(dst, `,"body":`...)
+	if m.BodyBase64 || !utf8.Valid(m.Body) {
+		dst = append(dst, '"')
+		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
+		dst = append(dst, `","bodyEncoding":"base64"`...)
+	} else {
+		dst, _ = jsontext.AppendQuote(dst, m.Body)
+		dst = append(dst, `,"bodyEncoding":"utf8"`...)
+	}
+	if m.Tag != "" {
+		str(`,"tag":`, m.Tag)
+	}
+	if len(m.Keys) > 0 {
+		dst = append(dst, `,"keys":[`...)
+		for i, k := range m.Keys {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst, _ = jsontext.AppendQuote(dst, k)
+		}
+		dst = append(dst, ']')
+	}
+	if len(m.Properties) > 0 {
+		dst = append(dst, `,"properties":{`...)
+		for i, k := range slices.Sorted(maps.Keys(m.Properties)) {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst, _ = jsontext.AppendQuote(dst, k)
+			dst = append(dst, ':')
+			dst, _ = jsontext.AppendQuote(dst, m.Properties[k])
+		}
+		dst = append(dst, '}')
+	}
+	if m.ShardingKey != "" {
+		str(`,"shardingKey":`, m.ShardingKey)
+	}
+	dst = append(dst, `,"bornAt":"`...)
+	dst = time.UnixMilli(m.BornAtMs).UTC().AppendFormat(dst, timeLayout)
+	dst = append(dst, `","storedAt":"`...)
+	dst = time.UnixMilli(m.StoredAtMs).UTC().AppendFormat(dst, timeLayout)
+	dst = append(dst, '"')
+	if m.ProducerGroup != "" {
+		str(`,"producerGroup":`, m.ProducerGroup)
+	}
+	if d.Attempt != 0 {
+		dst = append(dst, `,"deliveryAttempt":`...)
+		dst = strconv.AppendInt(dst, int64(d.Attempt), 10)
+	}
+	if d.ReceiptHandle != "" {
+		str(`,"receiptHandle":`, d.ReceiptHandle)
+	}
+	if tp := cmp.Or(d.Traceparent, m.Traceparent); tp != "" {
+		str(`,"traceparent":`, tp)
+	}
+	return append(dst, '}')
+}
+
+func pullReplyJSON(got []core.Delivered) []byte {
+	size := 16
+	for _, d := range got {
+		size += 400 + len(d.Message.Body)*4/3
+	}
+	out := append(make([]byte, 0, size), `{"messages":[`...)
+	for i, d := range got {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = appendPulled(out, d)
+	}
+	return append(out, "]}"...)
 }
 
 func pulledOut(d core.Delivered) messageJSON {

@@ -104,10 +104,6 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 	if err != nil {
 		return err
 	}
-	out := pullResponse{Messages: make([]messageJSON, len(got))}
-	for i, d := range got {
-		out.Messages[i] = pulledOut(d)
-	}
 	// A client that went away gets its leases back at once instead of after
 	// invisibleSeconds: it never saw the messages.
 	if err := r.Context().Err(); err != nil {
@@ -116,7 +112,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, body []byte) error
 	}
 	// Once written, the answer counts as delivered: a client may close
 	// the connection as soon as it has read it.
-	if err := writeJSON(w, http.StatusOK, out); err != nil {
+	if err := writeBody(w, http.StatusOK, pullReplyJSON(got)); err != nil {
 		s.release(topic, group, got)
 	}
 	return nil

@@ -304,3 +304,55 @@ func TestSendResultJSONMatchesEncodingJSON(t *testing.T) {
 		t.Fatalf("batch: %s", b)
 	}
 }
+
+// Pulled messages written by hand read exactly as encoding/json wrote them.
+func TestPulledJSONMatchesEncodingJSON(t *testing.T) {
+	for i, d := range []core.Delivered{
+		{Topic: "t", Message: &core.Message{ID: "id1", QueueID: 2, Offset: 9, Body: []byte("hello <&> \"q\" \\ \n é \u2028"),
+			BornAtMs: 1700000000123, StoredAtMs: 1700000000456}, Attempt: 1, ReceiptHandle: "rh"},
+		{Topic: "t", Message: &core.Message{ID: "id2", Body: []byte{0xff, 0, 1}, Tag: "T", Keys: []string{"k1", "k<2>"},
+			Properties: map[string]string{"z": "1", "a": "x\ty", "m\"": ""}, ShardingKey: "s", ProducerGroup: "pg",
+			Traceparent: "00-stored-01"}, Attempt: 3, Traceparent: "00-delivery-01"},
+		{Topic: "t", Message: &core.Message{ID: "id3", Body: []byte("aGk="), BodyBase64: true, Traceparent: "00-stored-01"}},
+		{Topic: "t", Message: &core.Message{ID: "id4", Body: nil}},
+	} {
+		want, err := json.Marshal(pulledOut(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := appendPulled(nil, d)
+		var w, g any
+		if err := json.Unmarshal(want, &w); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(got, &g); err != nil {
+			t.Fatalf("%d: %s: %v", i, got, err)
+		}
+		if !reflect.DeepEqual(g, w) {
+			t.Errorf("%d:\n got  %s\n want %s", i, got, want)
+		}
+		// Same fields in the same order.
+		if !strings.HasPrefix(keysOf(want), "messageId,topic,queueId,offset,body,bodyEncoding") {
+			t.Fatalf("keysOf: %q", keysOf(want))
+		}
+		if keysOf(got) != keysOf(want) {
+			t.Errorf("%d: field order\n got  %s\n want %s", i, got, want)
+		}
+	}
+}
+
+func keysOf(doc []byte) string {
+	dec := jsontext.NewDecoder(bytes.NewReader(doc))
+	var names []string
+	for {
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return strings.Join(names, ",")
+		}
+		if tok.Kind() == '"' && dec.StackDepth() == 1 {
+			if _, n := dec.StackIndex(1); n%2 == 1 {
+				names = append(names, tok.String())
+			}
+		}
+	}
+}

@@ -125,8 +125,9 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 	}
 	// Replies are gzipped when the client asks, from 256 bytes up: gzip
 	// would only grow a send's ~120-byte reply, and compressing every tiny
-	// reply cost more CPU than storing the message (profiled).
-	if s.gzip, err = gzhttp.NewWrapper(gzhttp.MinSize(256), gzhttp.CompressionLevel(5), gzhttp.ContentTypes([]string{
+	// reply cost more CPU than storing the message (profiled). BestSpeed:
+	// a pull reply of 256 KiB at level 5 cost ~4 µs per message.
+	if s.gzip, err = gzhttp.NewWrapper(gzhttp.MinSize(256), gzhttp.CompressionLevel(gzip.BestSpeed), gzhttp.ContentTypes([]string{
 		"application/json", "application/problem+json", "application/yaml", "text/html",
 		"text/plain", "text/css", "application/javascript", "image/svg+xml",
 	})); err != nil {

@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -220,6 +221,39 @@ func (s *Store) loadTopics(snap *core.Snapshot) error {
 }
 
 // queueRange reads a queue's meta record (next offset, bytes) and its first
+// ReadMessages walks one iterator over the log: SeekGE moves forward from
+// where the iterator is, so reading a pull's 256 neighbouring seqs costs
+// little more than scanning them.
+func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
+	if len(seqs) == 0 {
+		return nil
+	}
+	return s.read(func() error {
+		lo := logKey(nil, seqs[0])
+		hi := logKey(nil, seqs[len(seqs)-1]+1)
+		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return fmt.Errorf("pebblestore: read log: %w", err)
+		}
+		defer it.Close()
+		key := lo
+		for i, seq := range seqs {
+			key = logKey(key, seq)
+			if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+				continue
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
+			}
+			if out[i], err = decodeRecord(v, seq); err != nil {
+				return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
+			}
+		}
+		return it.Error()
+	})
+}
+
 // index entry (the lowest retained offset).
 func (s *Store) queueRange(topicID, queueID uint32) (core.QueueRange, error) {
 	var r core.QueueRange

@@ -194,6 +194,29 @@ func checkFixture(t *testing.T, s core.Store, f *fixture) {
 	if _, err := s.ReadMessage(uint64(len(f.msgs)) + 7); !errors.Is(err, core.ErrMessageNotFound) {
 		t.Errorf("ReadMessage of a missing seq: %v, want ErrMessageNotFound", err)
 	}
+
+	// ReadMessages: every other stored seq plus missing ones around them.
+	var seqs []uint64
+	for i := 0; i < len(f.msgs); i += 2 {
+		seqs = append(seqs, f.msgs[i].Seq)
+	}
+	seqs = append(seqs, uint64(len(f.msgs))+7, uint64(len(f.msgs))+9)
+	got := make([]*core.Message, len(seqs))
+	if err := s.ReadMessages(seqs, got); err != nil {
+		t.Fatalf("ReadMessages: %v", err)
+	}
+	for j, seq := range seqs {
+		if seq >= uint64(len(f.msgs)) {
+			if got[j] != nil {
+				t.Errorf("ReadMessages: seq %d is not stored, got %+v", seq, got[j])
+			}
+			continue
+		}
+		m := f.msgs[seq]
+		if g := got[j]; g == nil || g.ID != m.ID || g.Seq != seq || !bytes.Equal(g.Body, m.Body) {
+			t.Errorf("ReadMessages: seq %d = %+v, want %s", seq, g, m.ID)
+		}
+	}
 }
 
 func TestStoreWritesAndReadsBack(t *testing.T) {
