@@ -11,15 +11,22 @@
 //
 // The package imports nothing of the server: it speaks the wire format of
 // openapi.yaml with net/http. The command loadtest/cmd/tidemq-load wraps it
-// with flags, an in-process broker and the raw-Pebble and no-op-HTTP
-// baselines of the target suite.
+// with flags, an in-process broker, the raw-Pebble and no-op-HTTP
+// baselines of the target suite, and the backlog suite (the real broker as
+// a separate process, holding a large backlog).
 //
 // End-to-end latency: every message carries two properties, [PropRun] (the
 // run's id) and [PropSentAt] (Unix nanoseconds when its send request was
-// built). A consumer that pulls a first delivery of this run's messages
-// records now − sentAt, so producer and consumer must share a clock (the
-// same machine). Messages of other runs that a consumer meets are acked and
-// counted as stale.
+// built, or in open loop when it was scheduled). A consumer that pulls a
+// first delivery of this run's messages records now − sentAt, so producer
+// and consumer must share a clock (the same machine). Messages of other
+// runs that a consumer meets are acked and counted as stale.
+//
+// Backlogs: a run given the RunID of an earlier one counts that run's
+// messages as its own, so one producers-only run can fill a backlog (for a
+// subscription made first with [Admin.PutSubscription] from "earliest")
+// and a consumers-only run drain it. [Scenario.OnInterval] hands every
+// progress interval's numbers to the caller, for time series.
 //
 // Open loop: sends are scheduled at fixed intervals from the start and a
 // send's latency counts from its scheduled time, not from when a producer

@@ -217,14 +217,14 @@ func TestRunCountsProblems(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	err := loadtest.Scenario{
-		URL: "ftp://x", Topic: "bad name",
+		URL: "ftp://x", Topic: "bad name", RunID: "bad id",
 		Producers: loadtest.Producers{Batch: 5000, Rate: -1},
-		Consumers: loadtest.Consumers{MaxMessages: 2000},
+		Consumers: loadtest.Consumers{MaxMessages: 2000, StartFrom: "middle"},
 	}.Validate()
 	if err == nil {
 		t.Fatal("Validate passed a broken scenario")
 	}
-	for _, want := range []string{"URL", "Topic", "no producers", "Batch", "Rate", "MaxMessages", "never end"} {
+	for _, want := range []string{"URL", "Topic", "RunID", "StartFrom", "no producers", "Batch", "Rate", "MaxMessages", "never end"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error does not mention %s:\n%v", want, err)
 		}
@@ -232,4 +232,88 @@ func TestValidate(t *testing.T) {
 	if err := (loadtest.Scenario{URL: "http://127.0.0.1:8080", Producers: loadtest.Producers{Count: 1}, Duration: time.Second}).Validate(); err != nil {
 		t.Errorf("Validate of a good scenario: %v", err)
 	}
+}
+
+// TestRunBacklog fills a backlog with one run and drains it with another
+// of the same RunID, as the suites do: a subscription from the earliest
+// message made first with Admin, producers alone, then consumers alone.
+// OnInterval's counts add up to the report's.
+func TestRunBacklog(t *testing.T) {
+	url := startBroker(t, 0)
+	admin := loadtest.Admin{URL: url}
+	ctx := t.Context()
+	const topic, group, id = "backlog-test", "drain", "fill-1"
+	if err := admin.PutTopic(ctx, topic, 4, 48); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PutSubscription(ctx, topic, group, "earliest"); err != nil {
+		t.Fatal(err)
+	}
+	var intervals []loadtest.Interval
+	fill, err := loadtest.Scenario{URL: url, Topic: topic, SkipSetup: true, RunID: id,
+		Producers:  loadtest.Producers{Count: 4, Batch: 50, MessageBytes: 200},
+		Messages:   3000,
+		OnInterval: func(iv loadtest.Interval) { intervals = append(intervals, iv) },
+	}.Run(ctx)
+	if err != nil || fill.Sent != 3000 || fill.RunID != id {
+		t.Fatalf("fill: %v, sent %d, run %s", err, fill.Sent, fill.RunID)
+	}
+	var sent int64
+	for _, iv := range intervals {
+		sent += iv.Sent
+		if iv.Seconds <= 0 || iv.Acked != 0 {
+			t.Errorf("fill interval %+v", iv)
+		}
+	}
+	if len(intervals) == 0 || sent != fill.Sent {
+		t.Errorf("%d intervals counted %d sent of %d", len(intervals), sent, fill.Sent)
+	}
+	st, err := admin.Subscription(ctx, topic, group)
+	if err != nil || st.Lag != 3000 {
+		t.Errorf("lag before the drain %d (%v), want 3000", st.Lag, err)
+	}
+	if tp, err := admin.Topic(ctx, topic); err != nil || tp.Messages != 3000 || tp.Queues != 4 {
+		t.Errorf("topic %+v (%v)", tp, err)
+	}
+
+	intervals = nil
+	drain, err := loadtest.Scenario{URL: url, Topic: topic, Group: group, SkipSetup: true, RunID: id,
+		Consumers:  loadtest.Consumers{Count: 2, MaxMessages: 256},
+		Messages:   fill.Sent,
+		Duration:   20 * time.Second,
+		OnInterval: func(iv loadtest.Interval) { intervals = append(intervals, iv) },
+	}.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drain.Delivered != 3000 || drain.Acked != 3000 || drain.Stale != 0 || drain.Redelivered != 0 {
+		t.Errorf("drain: delivered %d, acked %d, stale %d, redelivered %d; want 3000, 3000, 0, 0", drain.Delivered, drain.Acked, drain.Stale, drain.Redelivered)
+	}
+	var acked int64
+	for _, iv := range intervals {
+		acked += iv.Acked
+	}
+	if acked != drain.Acked {
+		t.Errorf("intervals counted %d acked of %d", acked, drain.Acked)
+	}
+	if st, err := admin.Subscription(ctx, topic, group); err != nil || st.Lag != 0 {
+		t.Errorf("lag after the drain %d (%v), want 0", st.Lag, err)
+	}
+	if err := admin.DeleteTopic(ctx, topic); err != nil {
+		t.Error(err)
+	}
+	if _, err := admin.Topic(ctx, topic); errorCode(err) != "topic_not_found" {
+		t.Errorf("topic after delete: %v", err)
+	}
+}
+
+// errorCode digs the problem code out of an error's text.
+func errorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	if strings.Contains(err.Error(), "topic_not_found") {
+		return "topic_not_found"
+	}
+	return err.Error()
 }

@@ -53,6 +53,32 @@ type Report struct {
 	EndToEnd Latency `json:"endToEnd"`
 }
 
+// Interval is what a run did during one progress interval (see
+// Scenario.OnInterval): counts of that interval alone, and the latencies of
+// the requests (and first deliveries) completed in it.
+type Interval struct {
+	// Start is when the interval began; Elapsed is the time from the
+	// run's start to its end; Seconds is its length.
+	Start   time.Time `json:"start"`
+	Elapsed Seconds   `json:"elapsedSeconds"`
+	Seconds float64   `json:"seconds"`
+
+	Sent      int64 `json:"sent"`
+	Delivered int64 `json:"delivered"`
+	// Acked counts every message acked, stale ones too.
+	Acked int64 `json:"acked"`
+	// Errors is failed requests (and ack handles) of any kind.
+	Errors int64 `json:"errors"`
+
+	SendRate    float64 `json:"sendRate"`
+	DeliverRate float64 `json:"deliverRate"`
+	AckRate     float64 `json:"ackRate"`
+
+	Send     Latency `json:"send"`
+	Pull     Latency `json:"pull"` // pulls that returned messages
+	EndToEnd Latency `json:"endToEnd"`
+}
+
 // OpStats are one kind of request's numbers.
 type OpStats struct {
 	Requests int64 `json:"requests"`

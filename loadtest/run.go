@@ -48,7 +48,10 @@ func (s Scenario) Run(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	s = s.withDefaults()
-	r := &runner{s: s, runID: fmt.Sprintf("%08x", rand.Uint32())}
+	r := &runner{s: s, runID: s.RunID}
+	if r.runID == "" {
+		r.runID = fmt.Sprintf("%08x", rand.Uint32())
+	}
 	ownTopic := s.Topic == ""
 	if ownTopic {
 		s.Topic = "loadtest-" + r.runID
@@ -90,7 +93,7 @@ func (r *runner) setup(ctx context.Context) error {
 	if r.s.Consumers.Count == 0 {
 		return nil
 	}
-	body = []byte(`{"startFrom":"latest"}`)
+	body, _ = json.Marshal(map[string]string{"startFrom": r.s.Consumers.StartFrom})
 	if err := r.do(ctx, "PUT", "/v1/topics/"+r.topic+"/subscriptions/"+r.group, body, nil); err != nil {
 		return fmt.Errorf("loadtest: creating subscription %s/%s: %w", r.s.Topic, r.s.Group, err)
 	}
@@ -126,7 +129,7 @@ func (r *runner) run(ctx context.Context, rep Report) Report {
 
 	stopProgress := make(chan struct{})
 	var progress sync.WaitGroup
-	if s.Progress != nil {
+	if s.Progress != nil || s.OnInterval != nil {
 		progress.Go(func() { r.progress(start, stopProgress) })
 	}
 
@@ -305,15 +308,17 @@ func (r *runner) openLoop(ctx context.Context, producers *sync.WaitGroup, start,
 	})
 }
 
-// send sends n messages (one request) as producer i; its latency counts
-// from began (now, or the scheduled time in open loop).
+// send sends n messages (one request) as producer i; its latency, and the
+// end-to-end latency of its messages (their sentAt), count from began (now,
+// or the scheduled time in open loop: a send that waited for a free
+// producer shows the wait in both).
 func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 	batch := r.s.Producers.Batch > 1
 	path := "/v1/topics/" + r.topic + "/messages"
 	if batch {
 		path += ":batch"
 	}
-	body := sendBody(n, batch, r.payload, r.runID, time.Now().UnixNano())
+	body := sendBody(n, batch, r.payload, r.runID, began.UnixNano())
 	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
 	err := r.do(rctx, "POST", path, body, nil)
 	cancel()
@@ -414,39 +419,56 @@ func (r *runner) ack(ctx context.Context, i int, path string, handles []string) 
 	}
 }
 
-// progress writes a line about the last interval every ProgressInterval,
-// and one for the last part interval when stop is closed.
+// progress makes an Interval of the last ProgressInterval, writes it as a
+// line to Progress and hands it to OnInterval; once more for the last part
+// interval when stop is closed.
 func (r *runner) progress(start time.Time, stop <-chan struct{}) {
 	t := time.NewTicker(r.s.ProgressInterval)
 	defer t.Stop()
 	last := start
-	var lastSent, lastDelivered int64
-	line := func(now time.Time) {
+	var lastSent, lastDelivered, lastAcked, lastErrs int64
+	interval := func(now time.Time) {
 		secs := now.Sub(last).Seconds()
 		if secs <= 0 {
 			return
 		}
-		sent, delivered := r.sent.Load(), r.delivered.Load()
-		b := fmt.Sprintf("loadtest %s %5.1fs", r.runID, now.Sub(start).Seconds())
-		if r.s.Producers.Count > 0 {
-			b += fmt.Sprintf(" | sent %8.0f msg/s send %s", float64(sent-lastSent)/secs, short(LatencyOf(takeInterval(r.sendRecs))))
+		sent, delivered, acked := r.sent.Load(), r.delivered.Load(), r.acked.Load()
+		errs := r.sendErrs.total() + r.pullErrs.total() + r.ackErrs.total()
+		iv := Interval{
+			Start: last, Elapsed: Seconds(now.Sub(start)), Seconds: secs,
+			Sent: sent - lastSent, Delivered: delivered - lastDelivered, Acked: acked - lastAcked, Errors: errs - lastErrs,
+			Send: LatencyOf(takeInterval(r.sendRecs)), Pull: LatencyOf(takeInterval(r.pullRecs)),
+			EndToEnd: LatencyOf(takeInterval(r.e2eRecs)),
 		}
-		if r.s.Consumers.Count > 0 {
-			b += fmt.Sprintf(" | delivered %8.0f msg/s e2e %s", float64(delivered-lastDelivered)/secs, short(LatencyOf(takeInterval(r.e2eRecs))))
-			takeInterval(r.pullRecs)
-			takeInterval(r.ackRecs)
+		takeInterval(r.ackRecs)
+		iv.SendRate, iv.DeliverRate, iv.AckRate = float64(iv.Sent)/secs, float64(iv.Delivered)/secs, float64(iv.Acked)/secs
+		if r.s.Progress != nil {
+			b := fmt.Sprintf("loadtest %s %5.1fs", r.runID, now.Sub(start).Seconds())
+			if r.s.Producers.Count > 0 {
+				b += fmt.Sprintf(" | sent %8.0f msg/s send %s", iv.SendRate, short(iv.Send))
+			}
+			if r.s.Consumers.Count > 0 {
+				if r.s.Producers.Count > 0 {
+					b += fmt.Sprintf(" | delivered %8.0f msg/s e2e %s", iv.DeliverRate, short(iv.EndToEnd))
+				} else {
+					b += fmt.Sprintf(" | acked %8.0f msg/s pull %s", iv.AckRate, short(iv.Pull))
+				}
+			}
+			b += fmt.Sprintf(" | errors %d\n", errs)
+			_, _ = fmt.Fprint(r.s.Progress, b)
 		}
-		b += fmt.Sprintf(" | errors %d\n", r.sendErrs.total()+r.pullErrs.total()+r.ackErrs.total())
-		_, _ = fmt.Fprint(r.s.Progress, b)
-		last, lastSent, lastDelivered = now, sent, delivered
+		if r.s.OnInterval != nil {
+			r.s.OnInterval(iv)
+		}
+		last, lastSent, lastDelivered, lastAcked, lastErrs = now, sent, delivered, acked, errs
 	}
 	for {
 		select {
 		case <-stop:
-			line(time.Now())
+			interval(time.Now())
 			return
 		case now := <-t.C:
-			line(now)
+			interval(now)
 		}
 	}
 }

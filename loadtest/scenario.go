@@ -40,6 +40,12 @@ type Scenario struct {
 	// SkipSetup sends no topic or subscription requests: they must exist
 	// already, or the broker must auto-create them.
 	SkipSetup bool `json:"skipSetup,omitempty"`
+	// RunID is the run's id, stamped on every message sent ([PropRun]);
+	// empty means a fresh random one. Consumers count only messages of
+	// their own run as deliveries, so a consumers-only run given the RunID
+	// of earlier producers-only runs consumes their messages as its own:
+	// that is how a backlog is filled by one run and drained by another.
+	RunID string `json:"runId,omitempty"`
 
 	Producers Producers `json:"producers"`
 	Consumers Consumers `json:"consumers"`
@@ -62,6 +68,11 @@ type Scenario struct {
 	// every ProgressInterval (default 1s) while the run goes.
 	Progress         io.Writer     `json:"-"`
 	ProgressInterval time.Duration `json:"-"`
+	// OnInterval, when not nil, is called with the numbers of the last
+	// interval every ProgressInterval, and once more for the last, shorter
+	// interval when the run ends; always from one goroutine, never after
+	// Run returned. It must not block for long: the next interval waits.
+	OnInterval func(Interval) `json:"-"`
 }
 
 // Producers describe the sending side.
@@ -98,6 +109,10 @@ type Consumers struct {
 	// NoAck leaves pulled messages unacked (they come back after their
 	// lease). By default each pull's messages are acked in one request.
 	NoAck bool `json:"noAck,omitempty"`
+	// StartFrom is the startFrom of the subscription Run creates:
+	// "latest" (the default: only what is sent from now on) or "earliest"
+	// (every message still retained).
+	StartFrom string `json:"startFrom,omitempty"`
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,126}$`)
@@ -114,6 +129,12 @@ func (s Scenario) Validate() error {
 	}
 	if s.Group != "" && !nameRE.MatchString(s.Group) {
 		bad("Group %q is not a valid name", s.Group)
+	}
+	if s.RunID != "" && (!nameRE.MatchString(s.RunID) || (s.Topic == "" && !nameRE.MatchString("loadtest-"+s.RunID))) {
+		bad("RunID %q is not a valid name (nor, without Topic, is loadtest-<RunID>)", s.RunID)
+	}
+	if sf := s.Consumers.StartFrom; sf != "" && sf != "latest" && sf != "earliest" {
+		bad("Consumers.StartFrom %q is not latest or earliest", sf)
 	}
 	if s.Queues < 0 || s.Queues > 1024 {
 		bad("Queues %d is not between 0 and 1024", s.Queues)
@@ -171,6 +192,9 @@ func (s Scenario) withDefaults() Scenario {
 		s.Consumers.WaitSeconds = 1
 	case s.Consumers.WaitSeconds < 0:
 		s.Consumers.WaitSeconds = 0
+	}
+	if s.Consumers.StartFrom == "" {
+		s.Consumers.StartFrom = "latest"
 	}
 	if s.Consumers.InvisibleSeconds == 0 {
 		s.Consumers.InvisibleSeconds = 30

@@ -16,7 +16,7 @@ import (
 
 // PropRun and PropSentAt are the message properties a run puts on every
 // message: the run's id, and the Unix time in nanoseconds at which the send
-// request was built.
+// request was built (in open loop, at which it was scheduled).
 const (
 	PropRun    = "loadtest.run"
 	PropSentAt = "loadtest.sentAt"
@@ -120,21 +120,26 @@ func errorCode(err error) string {
 // 2xx reply, decodes it into out (or discards it when out is nil). Any
 // other reply is a *requestError coded by its problem's `code`.
 func (r *runner) do(ctx context.Context, method, path string, body []byte, out any) error {
+	return doJSON(ctx, r.s.Client, r.s.URL, r.s.Token, method, path, body, out)
+}
+
+// doJSON is runner.do for any client, base URL and token.
+func doJSON(ctx context.Context, client *http.Client, baseURL, token, method, path string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, r.s.URL+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, baseURL+path, rd)
 	if err != nil {
 		return &requestError{Code: "transport", Err: err}
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if r.s.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.s.Token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := r.s.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		code := "transport"
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -16,6 +16,13 @@
 //
 // Client and in-process broker share the process: the CPU profile labels
 // every goroutine side=server or side=client.
+//
+// The backlog suite: the broker built from ./cmd/tidemq and run as a
+// separate process; send and pull rates on the empty broker and at a
+// backlog of -messages unconsumed messages, peak RSS, restart times after
+// SIGTERM and SIGKILL, and a plot of the run:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite backlog -messages 10000000 -plot backlog.png -json backlog.json
 package main
 
 import (
@@ -29,8 +36,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,8 +49,9 @@ import (
 
 type config struct {
 	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel string
-	inprocess, quiet, noAck, e2e                                       bool
-	warmup                                                             time.Duration
+	jsonFile, brokerBin, plotFile, seriesFile                          string
+	inprocess, quiet, noAck                                            bool
+	warmup, fillTimeout                                                time.Duration
 	rounds                                                             int
 	sc                                                                 loadtest.Scenario
 }
@@ -53,13 +63,17 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.inprocess, "inprocess", false, "start a broker in this process (fresh temp data dir, fsync on) instead of -url")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
 	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
-	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets")
+	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
+	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.plotFile, "plot", "", "with -suite backlog: write a PNG plot of throughput, p99 and RSS over the run to this file")
+	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
+	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (with -suite, of -profile-phase) to this file")
 	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof)")
 	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
-	fs.BoolVar(&c.e2e, "e2e", true, "with -suite targets: also run a send+consume phase for end-to-end latency (no target)")
 	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
 
@@ -76,15 +90,18 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&sc.Consumers.WaitSeconds, "wait", 1, "long-poll seconds of each pull")
 	fs.BoolVar(&c.noAck, "noack", false, "consumers do not ack")
 	fs.DurationVar(&sc.Duration, "duration", 10*time.Second, "how long to send (with -suite: each phase, default 5s)")
-	fs.Int64Var(&sc.Messages, "messages", 0, "how many messages to send (0: for -duration)")
+	fs.Int64Var(&sc.Messages, "messages", 0, "how many messages to send (0: for -duration); with -suite backlog the backlog (default 10,000,000)")
 	fs.DurationVar(&sc.DrainTimeout, "drain", 10*time.Second, "how long consumers may drain after producers stop")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
-	durationSet := false
-	fs.Visit(func(f *flag.Flag) { durationSet = durationSet || f.Name == "duration" })
-	if c.suite != "" && !durationSet {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.suite != "" && !set["duration"] {
 		sc.Duration = 5 * time.Second
+	}
+	if c.suite == "backlog" && !set["messages"] {
+		sc.Messages = 10_000_000
 	}
 	sc.Consumers.NoAck = c.noAck
 	sc.Token = c.token
@@ -92,11 +109,28 @@ func parseFlags(args []string) (config, error) {
 		sc.Consumers.WaitSeconds = -1 // the flag's 0 means "answer at once"
 	}
 	var errs []error
-	if c.inprocess == (c.url != "") {
+	switch {
+	case c.suite == "backlog":
+		if c.inprocess || c.url != "" {
+			errs = append(errs, errors.New("-suite backlog starts its own broker process: no -url or -inprocess"))
+		}
+		if sc.Producers.MessageBytes < 1 {
+			errs = append(errs, fmt.Errorf("-size %d: at least 1", sc.Producers.MessageBytes))
+		}
+		if sc.Messages < 1000 {
+			errs = append(errs, fmt.Errorf("-messages %d: the backlog needs at least 1000", sc.Messages))
+		}
+		if sc.Duration <= 0 || c.warmup < 0 {
+			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
+		}
+	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
 	}
-	if c.suite != "" && c.suite != "targets" {
-		errs = append(errs, fmt.Errorf("-suite %q: the only suite is targets", c.suite))
+	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" {
+		errs = append(errs, fmt.Errorf("-suite %q: targets or backlog", c.suite))
+	}
+	if c.suite != "backlog" && (c.brokerBin != "" || c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
+		errs = append(errs, errors.New("-broker-bin, -plot, -series and -fill-timeout go with -suite backlog"))
 	}
 	if c.format != "markdown" && c.format != "json" {
 		errs = append(errs, fmt.Errorf("-format %q: markdown or json", c.format))
@@ -138,10 +172,61 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.quiet {
 		progress = nil
 	}
-	if c.suite == "targets" {
+	switch c.suite {
+	case "targets":
 		return runSuite(ctx, c, log, progress, stdout)
+	case "backlog":
+		return runBacklog(ctx, c, log, progress, stdout)
 	}
 	return runScenario(ctx, c, log, progress, stdout)
+}
+
+// runBacklog runs -suite backlog and writes its report, plot and series,
+// also (as far as they go) when the suite failed.
+func runBacklog(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) error {
+	b := &backlogSuite{dir: c.dir, brokerBin: c.brokerBin, messages: c.sc.Messages, size: c.sc.Producers.MessageBytes,
+		warmup: c.warmup, duration: c.sc.Duration, fillTimeout: c.fillTimeout, progress: progress, log: log}
+	res := backlogResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
+	res.Machine = describeMachine(c.dir)
+	err := b.run(ctx, &res)
+	res.Machine.LoadAfter = loadAverage()
+	res.Machine.Took = time.Since(res.Machine.Start)
+	b.mu.Lock()
+	res.Series = slices.Clone(b.series)
+	b.mu.Unlock()
+	series := c.seriesFile
+	if series == "" && c.plotFile != "" {
+		series = strings.TrimSuffix(c.plotFile, filepath.Ext(c.plotFile)) + ".csv"
+	}
+	if series != "" && len(res.Series) > 0 {
+		if werr := writeSeriesCSV(series, res.Series); werr != nil {
+			err = errors.Join(err, fmt.Errorf("-series: %w", werr))
+		} else {
+			res.SeriesFile = series
+		}
+	}
+	if c.plotFile != "" && len(res.Series) > 0 {
+		if werr := writePlot(c.plotFile, res); werr != nil {
+			err = errors.Join(err, fmt.Errorf("-plot: %w", werr))
+		} else {
+			res.Plot = c.plotFile
+		}
+	}
+	return errors.Join(err, writeReports(stdout, c, res, res.writeMarkdown))
+}
+
+// writeReports writes the report on stdout in -format, and as JSON to
+// -json when given.
+func writeReports(stdout io.Writer, c config, v any, markdown func(io.Writer) error) error {
+	err := writeOutput(stdout, c.format, v, markdown)
+	if c.jsonFile != "" {
+		f, ferr := os.Create(c.jsonFile)
+		if ferr != nil {
+			return errors.Join(err, ferr)
+		}
+		err = errors.Join(err, writeOutput(f, "json", v, nil), f.Close())
+	}
+	return err
 }
 
 // runScenario runs the one scenario of the flags: a warm-up, then the
@@ -182,7 +267,7 @@ func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdo
 	}
 	rep, err := runLabeled(ctx, sc)
 	if rep.RunID != "" {
-		if werr := writeOutput(stdout, c.format, rep, rep.WriteMarkdown); werr != nil {
+		if werr := writeReports(stdout, c, rep, rep.WriteMarkdown); werr != nil {
 			err = errors.Join(err, werr)
 		}
 	}
@@ -191,18 +276,15 @@ func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdo
 
 // runSuite runs -suite targets and writes its table.
 func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) error {
-	s := &suite{url: c.url, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
+	s := &suite{url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)
-	if err == nil && c.e2e {
-		err = s.runE2E(ctx)
-	}
 	res.Machine.LoadAfter = loadAverage()
 	res.Machine.Took = time.Since(res.Machine.Start)
 	res.Phases, res.Targets = s.phases, targets
-	if werr := writeOutput(stdout, c.format, res, res.writeMarkdown); werr != nil {
+	if werr := writeReports(stdout, c, res, res.writeMarkdown); werr != nil {
 		err = errors.Join(err, werr)
 	}
 	return err

@@ -3,9 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -25,6 +27,7 @@ import (
 // suite runs phases and keeps their results.
 type suite struct {
 	url           string // a running broker; "" starts a fresh in-process one per phase
+	token         string // bearer token for url
 	dir           string // base of temp dirs ("" is the system's)
 	log           *slog.Logger
 	warmup        time.Duration
@@ -103,13 +106,16 @@ func (c *suite) pebblePhase(ctx context.Context, name string, size, batch, write
 func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadtest.Scenario) (phase, error) {
 	p := sc.Producers
 	desc := fmt.Sprintf("%s, %d B bodies, batch %d, %d producers", kind, p.MessageBytes, max(p.Batch, 1), p.Count)
+	if p.Rate > 0 {
+		desc += fmt.Sprintf(" open loop at %s msg/s", thousands(p.Rate))
+	}
 	if sc.Consumers.Count > 0 {
-		desc += fmt.Sprintf(", %d consumers pulling %d", sc.Consumers.Count, sc.Consumers.MaxMessages)
+		desc += fmt.Sprintf(", %d consumers pulling %d (wait %ds)", sc.Consumers.Count, sc.Consumers.MaxMessages, max(sc.Consumers.WaitSeconds, 0))
 	}
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	client := loadtest.NewClient(p.Count + 2*sc.Consumers.Count + 4)
 	defer client.CloseIdleConnections()
-	sc.URL, sc.Client = url, client
+	sc.URL, sc.Client, sc.Token = url, client, c.token
 	if c.warmup > 0 {
 		w := sc
 		w.Duration, w.Messages = c.warmup, 0
@@ -117,28 +123,8 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 			return phase{}, fmt.Errorf("%s warm-up: %w", name, err)
 		}
 	}
-	sc.Duration, sc.Progress = c.duration, c.progress
-	var profile *os.File
-	if path := c.profileFile(name); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return phase{}, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return phase{}, err
-		}
-		profile = f
-	}
-	cpu0 := cpuTime()
-	rep, err := runLabeled(ctx, sc)
-	cpu := cpuTime() - cpu0
-	if profile != nil {
-		pprof.StopCPUProfile()
-		if cerr := profile.Close(); err == nil {
-			err = cerr
-		}
-		c.logf("   CPU profile in %s (go tool pprof -tagfocus side=server …)", profile.Name())
-	}
+	sc.Duration = c.duration
+	rep, cpu, err := c.measure(ctx, name, sc)
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -146,8 +132,35 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 		Errors: rep.Send.Errors, Report: &rep}
 	ph.setCPU(cpu, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
 	c.logf("   %.0f msg/s, send %s, errors %d, CPU %s/msg on %.2f cores", ph.MsgsPerSec, ph.Latency, rep.Send.ErrorCount(), dur(ph.CPUPerMsg), ph.Cores)
+	if sc.Consumers.Count > 0 {
+		c.logf("   delivered %d of %d sent, end to end %s", rep.Delivered, rep.Sent, rep.EndToEnd)
+	}
 	c.phases = append(c.phases, ph)
 	return ph, nil
+}
+
+// measure runs sc with progress lines, CPU-profiled when name is one of
+// the profiled phases, and returns its report and the process CPU time it
+// took.
+func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) (rep loadtest.Report, cpu time.Duration, err error) {
+	sc.Progress = c.progress
+	if path := c.profileFile(name); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return rep, 0, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return rep, 0, errors.Join(err, f.Close())
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+			c.logf("   CPU profile in %s (go tool pprof -tagfocus side=server …)", path)
+		}()
+	}
+	cpu0 := cpuTime()
+	rep, err = runLabeled(ctx, sc)
+	return rep, cpuTime() - cpu0, err
 }
 
 func (p *phase) setCPU(cpu time.Duration, msgs int64, elapsed time.Duration) {
@@ -179,20 +192,121 @@ func runLabeled(ctx context.Context, sc loadtest.Scenario) (rep loadtest.Report,
 // brokerPhase is httpPhase against the broker: a fresh in-process one
 // (closed after the phase), or the running one at c.url.
 func (c *suite) brokerPhase(ctx context.Context, name string, sc loadtest.Scenario) (p phase, err error) {
-	url := c.url
-	if url == "" {
-		b, err := startBroker(c.dir, c.log)
-		if err != nil {
-			return phase{}, err
-		}
-		defer func() {
-			if cerr := b.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("%s: closing the broker: %w", name, cerr)
-			}
-		}()
-		url = b.URL
+	err = c.withBroker(name, func(url string) error {
+		p, err = c.httpPhase(ctx, name, "broker", url, sc)
+		return err
+	})
+	return p, err
+}
+
+// withBroker calls f with the URL of a fresh in-process broker, closed
+// after f returns, or of the running one at c.url.
+func (c *suite) withBroker(name string, f func(url string) error) (err error) {
+	if c.url != "" {
+		return f(c.url)
 	}
-	return c.httpPhase(ctx, name, "broker", url, sc)
+	b, err := startBroker(c.dir, c.log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := b.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("%s: closing the broker: %w", name, cerr)
+		}
+	}()
+	return f(b.URL)
+}
+
+// pullPhase measures consumers alone against a backlog, on a fresh
+// in-process broker (or c.url): a topic and a subscription from its
+// earliest message are created, then fill messages of size bytes are sent
+// (16 producers, batches of 100; not measured), then consumers pull and ack
+// with nothing sent: a warm-up, and the measured run of c.duration or until
+// the backlog is drained, whichever comes first. The phase's rate is
+// messages acked per second.
+func (c *suite) pullPhase(ctx context.Context, name string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
+	err = c.withBroker(name, func(url string) error {
+		p, err = c.pullFrom(ctx, name, url, fill, size, cons)
+		return err
+	})
+	return p, err
+}
+
+func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
+	desc := fmt.Sprintf("broker, %d B bodies, %d consumers pulling %d + ack, backlog of %s, no producers", size, cons.Count, cons.MaxMessages, thousands(float64(fill)))
+	c.logf("== %s (round %d): %s", name, c.round+1, desc)
+	client := loadtest.NewClient(16 + 2*cons.Count + 4)
+	defer client.CloseIdleConnections()
+	admin := loadtest.Admin{URL: url, Token: c.token, Client: client}
+	id := fmt.Sprintf("%08x", rand.Uint32())
+	topic, group := "loadtest-pull-"+id, "loadtest-pull"
+	if err := admin.PutTopic(ctx, topic, 0, 0); err != nil {
+		return p, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		err = errors.Join(err, admin.DeleteTopic(cctx, topic))
+	}()
+	if err := admin.PutSubscription(ctx, topic, group, "earliest"); err != nil {
+		return p, err
+	}
+	// The backlog: sent by one run (bounded in time too, should the broker
+	// crawl), whose id the consumers take as theirs.
+	filled, err := runLabeled(ctx, loadtest.Scenario{URL: url, Token: c.token, Client: client, Topic: topic, SkipSetup: true, RunID: "fill-" + id,
+		Producers: loadtest.Producers{Count: 16, Batch: 100, MessageBytes: size}, Messages: fill, Duration: 10*(c.warmup+c.duration) + time.Minute})
+	if err != nil {
+		return p, fmt.Errorf("%s: filling the backlog: %w", name, err)
+	}
+	if filled.Sent == 0 {
+		return p, fmt.Errorf("%s: filling the backlog: nothing sent (errors %v)", name, filled.Send.Errors)
+	}
+	c.logf("   backlog: %s messages sent in %.1fs (%s msg/s), errors %s", thousands(float64(filled.Sent)), time.Duration(filled.Elapsed).Seconds(),
+		thousands(filled.SendRate), errorsCell(filled.Send.Errors))
+	sc := loadtest.Scenario{URL: url, Token: c.token, Client: client, Topic: topic, Group: group, SkipSetup: true, RunID: filled.RunID, Consumers: cons}
+	left := filled.Sent
+	if c.warmup > 0 {
+		w := sc
+		w.Duration, w.Messages = c.warmup, left
+		wrep, err := runLabeled(ctx, w)
+		if err != nil {
+			return p, fmt.Errorf("%s warm-up: %w", name, err)
+		}
+		left -= wrep.Delivered
+	}
+	if left <= 0 {
+		return p, fmt.Errorf("%s: the warm-up drained the whole backlog of %d: fill more", name, filled.Sent)
+	}
+	sc.Duration, sc.Messages = c.duration, left
+	rep, cpu, err := c.measure(ctx, name, sc)
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", name, err)
+	}
+	p = pullPhaseOf(name, c.round+1, desc, rep, cpu)
+	c.logf("   %s msg/s acked (%s in %.2fs, of %s left after the warm-up), pull %s, errors %s, CPU %s/msg on %.2f cores",
+		thousands(p.MsgsPerSec), thousands(float64(rep.Acked)), time.Duration(rep.Elapsed).Seconds(), thousands(float64(left)), p.Latency,
+		errorsCell(p.Errors), dur(p.CPUPerMsg), p.Cores)
+	c.phases = append(c.phases, p)
+	return p, nil
+}
+
+// pullPhaseOf is the phase of a consumers-only report: messages acked per
+// second, pull latency, pull and ack errors.
+func pullPhaseOf(name string, round int, desc string, rep loadtest.Report, cpu time.Duration) phase {
+	p := phase{Name: name, Round: round, Kind: "broker", Description: desc, Latency: rep.Pull.Latency, Report: &rep}
+	if e := time.Duration(rep.Elapsed).Seconds(); e > 0 {
+		p.MsgsPerSec = float64(rep.Acked) / e
+	}
+	for op, errs := range map[string]map[string]int64{"pull": rep.Pull.Errors, "ack": rep.Ack.Errors} {
+		for code, n := range errs {
+			if p.Errors == nil {
+				p.Errors = map[string]int64{}
+			}
+			p.Errors[op+" "+code] += n
+		}
+	}
+	p.setCPU(cpu, rep.Acked, time.Duration(rep.Elapsed))
+	return p
 }
 
 func sends(count, batch, size int) loadtest.Scenario {
@@ -220,6 +334,23 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	noopStep := func(name string, sc loadtest.Scenario) step {
 		return step{name, func(name string) (phase, error) { return c.httpPhase(ctx, name, "noop", noop.URL, sc) }}
 	}
+	rounds := max(c.rounds, 1)
+	got := make([]map[string]phase, rounds)
+	// Pulling a backlog: 1.5 times what the batch phase of the round sent
+	// in its warm-up and measured run, so that consumers up to 1.5 times
+	// faster than the batch send still have work for the whole phase
+	// (faster ones drain it early, which ends the measured run).
+	pullStep := step{"pull256-c4-1KiB", func(name string) (phase, error) {
+		rate := got[c.round]["batch100-p16-1KiB"].MsgsPerSec
+		fill := int64(1.5*rate*(c.warmup+c.duration).Seconds()/100+1) * 100
+		fill = min(max(fill, 10_000), 5_000_000)
+		return c.pullPhase(ctx, name, fill, 1024, loadtest.Consumers{Count: 4, MaxMessages: 256, WaitSeconds: 1})
+	}}
+	// End to end at 1,000 msg/s open loop: single sends from 8 producers,
+	// 4 consumers long-polling (5 s) and acking.
+	e2e := sends(8, 1, 1024)
+	e2e.Producers.Rate = 1000
+	e2e.Consumers = loadtest.Consumers{Count: 4, MaxMessages: 32, WaitSeconds: 5}
 	steps := []step{
 		// Batch send, 1 KiB, against raw Pebble at batch 256 (and the other
 		// batch sizes of the baseline, for the record).
@@ -227,6 +358,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		pebbleStep("pebble-b32-w16-1KiB", 1024, 32, 16),
 		pebbleStep("pebble-b256-w16-1KiB", 1024, 256, 16),
 		brokerStep("batch100-p16-1KiB", sends(16, 100, 1024)),
+		// Pull 256 + ack, 4 consumers, against a backlog: against the
+		// batch send just measured.
+		pullStep,
 		// Batch send at 256 B and 16 KiB against raw Pebble batch 32.
 		pebbleStep("pebble-b32-w16-256B", 256, 32, 16),
 		brokerStep("batch100-p16-256B", sends(16, 100, 256)),
@@ -239,9 +373,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		pebbleStep("pebble-b1-w1-1KiB", 1024, 1, 1),
 		noopStep("noop-c1-1KiB", sends(1, 1, 1024)),
 		brokerStep("single-p1-1KiB", sends(1, 1, 1024)),
+		// End-to-end latency, absolute bounds.
+		brokerStep("e2e-r1000-p8-c4-1KiB", e2e),
 	}
-	rounds := max(c.rounds, 1)
-	got := make([]map[string]phase, rounds)
 	for r := range rounds {
 		c.round = r
 		got[r] = map[string]phase{}
@@ -294,16 +428,26 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 			fmt.Sprintf("no-op p50 %s + Pebble b1 w1 commit p50 %s + 150µs = %s", micros(n1.Latency.P50), micros(pb1w1.Latency.P50), micros(bound)),
 			len(s1.Errors) > 0
 	})
+	add("pull 256 + ack, 4 consumers, against a backlog, 1 KiB", "≥ 80%", func(r float64) bool { return r >= 0.8 }, func(g map[string]phase) (float64, string, string, bool) {
+		m, b := g["pull256-c4-1KiB"], g["batch100-p16-1KiB"]
+		return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s acked", thousands(m.MsgsPerSec)),
+			fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
+	})
+	// Latency against absolute bounds: the ratio is the larger of p50/1ms
+	// and p99/5ms, so ≤ 100% passes.
+	add("end to end (send → long-poll delivery), 1,000 msg/s open loop, 1 KiB: p50, p99", "p50 ≤ 1 ms, p99 ≤ 5 ms", func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+		p := g["e2e-r1000-p8-c4-1KiB"]
+		var rep loadtest.Report
+		if p.Report != nil {
+			rep = *p.Report
+		}
+		l := rep.EndToEnd
+		ratio := max(float64(l.P50)/float64(time.Millisecond), float64(l.P99)/float64(5*time.Millisecond))
+		bad := len(p.Errors) > 0 || rep.Pull.ErrorCount()+rep.Ack.ErrorCount() > 0 || rep.Missed > 0 || rep.Delivered < rep.Sent || rep.Sent == 0
+		measured := fmt.Sprintf("p50 %s, p99 %s (p99.9 %s; %d delivered of %d sent, %d missed)", dur(l.P50), dur(l.P99), dur(l.P999), rep.Delivered, rep.Sent, rep.Missed)
+		return ratio, measured, "bounds p50 1 ms, p99 5 ms", bad
+	})
 	return targets, nil
-}
-
-// runE2E is an extra phase with no target: sends and consumers together,
-// for the end-to-end latency.
-func (c *suite) runE2E(ctx context.Context) error {
-	sc := sends(16, 1, 1024)
-	sc.Consumers = loadtest.Consumers{Count: 4, MaxMessages: 32}
-	_, err := c.brokerPhase(ctx, "pubsub-p16-c4-1KiB", sc)
-	return err
 }
 
 // dur keeps about three significant digits.
@@ -374,12 +518,12 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", p.Name, p.Round, p.Description, thousands(p.MsgsPerSec),
 			dur(l.P50), dur(l.P99), dur(l.P999), dur(l.Max), dur(p.CPUPerMsg), p.Cores, errs)
 	}
-	b.WriteString("\nLatency is per send request for HTTP phases (per batch for batch sends) and per synced commit for Pebble phases. " +
+	b.WriteString("\nLatency is per send request for HTTP phases (per batch for batch sends), per pull that returned messages for the pull phase (whose msg/s is messages acked), and per synced commit for Pebble phases. " +
 		"CPU/msg is this process's CPU time (user+system: load generator and in-process server together, or Pebble) per message while measuring; " +
 		"cores used is that CPU time over wall time, out of the machine's CPUs — well below them means other processes took the rest.\n")
 	for _, p := range r.Phases {
 		if p.Report != nil && p.Report.Scenario.Consumers.Count > 0 {
-			fmt.Fprintf(&b, "\n### Phase %s (sends and consumers together)\n\n", p.Name)
+			fmt.Fprintf(&b, "\n### Phase %s, round %d (with consumers)\n\n", p.Name, p.Round)
 			_ = p.Report.WriteMarkdown(&b)
 		}
 	}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The backlog suite runs the real broker as a child process, so that its
+// memory (RSS) is its own and a restart is a real one: built from
+// ./cmd/tidemq with go build (or given with -broker-bin), started on a free
+// loopback port, stopped with SIGTERM or SIGKILL. Whoever starts a
+// brokerProc stops it: every path out of the suite, failures and
+// cancellation included, kills it and waits for it (and on Linux the
+// kernel kills it if the load tester dies first, see setPdeathsig).
+
+// buildBroker builds the broker command into dir and returns its path. It
+// must run inside the module (go run ./loadtest/cmd/tidemq-load from the
+// repository, or go test); elsewhere pass -broker-bin.
+func buildBroker(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "tidemq")
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tidemq/tidemq/cmd/tidemq").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build github.com/tidemq/tidemq/cmd/tidemq (run inside the module, or give -broker-bin): %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// brokerProc is one run of the broker binary.
+type brokerProc struct {
+	URL     string
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when the process has exited and was waited for
+	waitErr error         // valid once done is closed
+	logPath string
+}
+
+// startBrokerProc starts bin on dataDir on a free loopback port, with
+// --fsync always and --log-level warn, its stdout and stderr appended to
+// logPath, and waits until GET /readyz answers 200. It returns the time
+// from starting the process to that answer. The environment is the load
+// tester's without TIDEMQ_* and OTEL_* variables: the flags say it all, and
+// no tokens, telemetry export or other setting slips in.
+func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTimeout time.Duration) (p *brokerProc, ready time.Duration, err error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, 0, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer logf.Close() // the child has its own descriptor
+	args := []string{"--data", dataDir, "--addr", addr, "--fsync", "always", "--log-level", "warn"}
+	fmt.Fprintf(logf, "=== tidemq-load %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	cmd := exec.Command(bin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TIDEMQ_") && !strings.HasPrefix(kv, "OTEL_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	setPdeathsig(cmd)
+	p = &brokerProc{URL: "http://" + addr, cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, p.kill())
+		}
+	}()
+	hc := &http.Client{Timeout: time.Second}
+	defer hc.CloseIdleConnections()
+	deadline := time.NewTimer(readyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, "GET", p.URL+"/readyz", nil)
+		if err != nil {
+			return p, 0, err
+		}
+		if resp, err := hc.Do(req); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, time.Since(began), nil
+			}
+		}
+		select {
+		case <-p.done:
+			return p, 0, fmt.Errorf("the broker exited before it was ready: %v; its log (%s) ends:\n%s", p.waitErr, logPath, logTail(logPath))
+		case <-ctx.Done():
+			return p, 0, ctx.Err()
+		case <-deadline.C:
+			return p, 0, fmt.Errorf("the broker was not ready on %s after %v; its log (%s) ends:\n%s", p.URL, readyTimeout, logPath, logTail(logPath))
+		case <-tick.C:
+		}
+	}
+}
+
+// Pid is the broker's process id.
+func (p *brokerProc) Pid() int { return p.cmd.Process.Pid }
+
+// terminate sends SIGTERM and waits up to timeout for the process to exit
+// (then kills it, and says so). It returns how long the exit took.
+func (p *brokerProc) terminate(timeout time.Duration) (time.Duration, error) {
+	began := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return 0, errors.Join(err, p.kill())
+	}
+	select {
+	case <-p.done:
+		took := time.Since(began)
+		if p.waitErr != nil {
+			return took, fmt.Errorf("the broker did not stop cleanly on SIGTERM: %v; its log (%s) ends:\n%s", p.waitErr, p.logPath, logTail(p.logPath))
+		}
+		return took, nil
+	case <-time.After(timeout):
+		return time.Since(began), errors.Join(fmt.Errorf("the broker was still running %v after SIGTERM: killed", timeout), p.kill())
+	}
+}
+
+// kill sends SIGKILL (when the process still runs) and waits for it. It
+// is safe to call at any time, and again.
+func (p *brokerProc) kill() error {
+	select {
+	case <-p.done:
+		return nil
+	default:
+	}
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	<-p.done
+	return nil
+}
+
+// memory reads VmRSS (resident now) and VmHWM (the peak resident set of
+// the process's life) from /proc/<pid>/status, in bytes.
+func (p *brokerProc) memory() (rss, hwm int64, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", p.Pid()))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		fields := strings.Fields(v) // "123456 kB"
+		if len(fields) != 2 || fields[1] != "kB" {
+			return 0, 0, fmt.Errorf("/proc/%d/status: %s: %q", p.Pid(), k, v)
+		}
+		n, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, 0, err
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			hwm = n << 10
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	if rss == 0 || hwm == 0 {
+		return rss, hwm, fmt.Errorf("/proc/%d/status has no VmRSS or VmHWM", p.Pid())
+	}
+	return rss, hwm, nil
+}
+
+// cpu is the CPU time (user and system) the process used so far, from
+// /proc/<pid>/stat (0 when it cannot be read).
+func (p *brokerProc) cpu() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Pid()))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces, so split after ")".
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
+	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	const clockTicks = 100 // USER_HZ, 100 on every Linux ABI Go supports
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// freeAddr picks a free loopback port by listening on :0 and closing.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := ln.Addr().String()
+	return addr, ln.Close()
+}
+
+// logTail is the end of the broker's log, for error messages.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = append([]byte("…"), b[len(b)-4000:]...)
+	}
+	return string(b)
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// freeBytes is the space available to an unprivileged user where dir is.
+func freeBytes(dir string) (int64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package main
+
+import "os/exec"
+
+// setPdeathsig does nothing off Linux: the suite's own clean-up kills the
+// broker on every path out of it, but not when the load tester is killed.
+func setPdeathsig(*exec.Cmd) {}
