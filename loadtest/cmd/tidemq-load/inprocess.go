@@ -13,8 +13,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/net/netutil"
 
 	"github.com/tidemq/tidemq/core"
@@ -22,9 +27,11 @@ import (
 	"github.com/tidemq/tidemq/pebblestore"
 )
 
-// The in-process broker is wired like cmd/tidemq with its defaults and no
-// OTEL_* variables: fsync always, auto-create on, no tracer, OTel metrics
-// through the Prometheus exporter, the same http.Server limits. It leaves
+// The in-process broker is wired like cmd/tidemq with its defaults and
+// OTEL_EXPORTER_OTLP_ENDPOINT pointing at the stand-in collector (see
+// otlpsink.go; no tracer with -tracing=false): fsync always, auto-create
+// on, spans through a batch processor and the OTLP/HTTP exporter, OTel
+// metrics through the Prometheus exporter, the same http.Server limits. It leaves
 // out the webhook notifier and pusher (no alerts, no push subscriptions in
 // a load test).
 
@@ -109,8 +116,19 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 		}
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 		closers = append(closers, func() error { return mp.Shutdown(context.Background()) })
+		var tp trace.TracerProvider = tracenoop.NewTracerProvider()
+		if tracesEndpoint != "" {
+			var exp *otlptrace.Exporter
+			exp, err = otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(tracesEndpoint+"/v1/traces"))
+			if err != nil {
+				return
+			}
+			stp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+			closers = append(closers, func() error { return stp.Shutdown(context.Background()) })
+			tp = stp
+		}
 		var br *core.Broker
-		br, err = core.New(store, core.Options{Logger: log, AutoCreate: true, MeterProvider: mp})
+		br, err = core.New(store, core.Options{Logger: log, AutoCreate: true, MeterProvider: mp, TracerProvider: tp})
 		if err != nil {
 			return
 		}

@@ -50,7 +50,7 @@ import (
 type config struct {
 	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel string
 	jsonFile, brokerBin, plotFile, seriesFile                          string
-	inprocess, quiet, noAck                                            bool
+	inprocess, quiet, noAck, tracing                                   bool
 	warmup, fillTimeout                                                time.Duration
 	rounds                                                             int
 	sc                                                                 loadtest.Scenario
@@ -74,6 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof)")
 	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
 	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
 
@@ -171,6 +172,18 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	var progress io.Writer = stderr
 	if c.quiet {
 		progress = nil
+	}
+	if c.tracing && (c.inprocess || c.suite == "backlog") {
+		sink, err := startOTLPSink()
+		if err != nil {
+			return err
+		}
+		tracesEndpoint = sink.URL
+		defer func() {
+			tracesEndpoint = ""
+			_ = sink.Close()
+			fmt.Fprintln(stderr, sink)
+		}()
 	}
 	switch c.suite {
 	case "targets":

@@ -72,6 +72,9 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
+	if tracesEndpoint != "" {
+		cmd.Env = append(cmd.Env, "OTEL_EXPORTER_OTLP_ENDPOINT="+tracesEndpoint, "OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf")
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setPdeathsig(cmd)
 	p = &brokerProc{URL: "http://" + addr, cmd: cmd, done: make(chan struct{}), logPath: logPath}
