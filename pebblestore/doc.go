@@ -45,6 +45,12 @@
 //     stored as a watermark per cursor and queue (C) plus the acks above it
 //     (A), so out-of-order acks survive a restart.
 //
+// Message records (L, and the copies in R, P and X) are values of 256 bytes
+// and more, which Pebble's value separation keeps in blob files: a
+// compaction moves the keys and blob references, never the bodies. A
+// batch's index entries (Q, I, T) are buffered and added sorted at commit,
+// after its log entries, so each memtable insert follows the previous one.
+//
 // Iterators are always bounded (LowerBound/UpperBound) and short-lived; no
 // snapshot is held across calls.
 package pebblestore
