@@ -181,7 +181,7 @@ func (b *Broker) commit(reqs []*request) {
 			}
 		case reqAppend:
 			if r.topic.deleted.Load() {
-				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, r.topic.rec.Name)
+				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, b.topicName(r.topic))
 				continue
 			}
 			if spaceErr != nil && r.queued > 0 {
@@ -248,10 +248,10 @@ func (b *Broker) touch(q *queue) {
 // parked until due when delayed, or answered from the dedup memory when a
 // dedup key repeats. It returns the earliest delay it parked, 0 if none.
 func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
+	// PutTopic replaces t.rec when a topic grows: read it under b.mu.
 	b.mu.RLock()
-	queues := r.topic.queues
+	queues, topicID := r.topic.queues, r.topic.rec.ID
 	b.mu.RUnlock()
-	topicID := r.topic.rec.ID
 	r.results = make([]SendResult, len(r.msgs))
 	var firstDelay int64
 	for i, m := range r.msgs {
