@@ -282,7 +282,7 @@ func PulledMessageJSON(d core.Delivered) ([]byte, error) {
 	return appendPulled(nil, d), nil
 }
 
-// appendPulled writes pulledOut(d) as encoding/json would (fields in the
+// appendPulled writes a delivered message as encoding/json wrote messageJSON (fields in the
 // same order, empty ones left out the same way, property names sorted) but
 // without reflection or a string copy of the body: a pull of 256 1 KiB
 // messages spent as much CPU in encoding/json as in reading them from
@@ -370,14 +370,4 @@ func pullReplyJSON(got []core.Delivered) []byte {
 		out = appendPulled(out, d)
 	}
 	return append(out, "]}"...)
-}
-
-func pulledOut(d core.Delivered) messageJSON {
-	m := messageOut(d.Topic, d.Message)
-	m.DeliveryAttempt = d.Attempt
-	m.ReceiptHandle = d.ReceiptHandle
-	if d.Traceparent != "" {
-		m.Traceparent = d.Traceparent
-	}
-	return m
 }

@@ -383,3 +383,15 @@ func TestValidateNameIsTheNameSchema(t *testing.T) {
 		}
 	}
 }
+
+// pulledOut is how a pulled message was encoded before appendPulled: the
+// reference it is compared with.
+func pulledOut(d core.Delivered) messageJSON {
+	m := messageOut(d.Topic, d.Message)
+	m.DeliveryAttempt = d.Attempt
+	m.ReceiptHandle = d.ReceiptHandle
+	if d.Traceparent != "" {
+		m.Traceparent = d.Traceparent
+	}
+	return m
+}

@@ -143,7 +143,7 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 	// No otelhttp: message spans are made by the broker (a span per long
 	// poll would bury them), and requestLog records the one HTTP duration
 	// histogram; otelhttp's wrapping and three histograms per request cost
-	// ~10 µs of a ~60 µs send (docs/LOADTEST.md).
+	// ~10 µs of a ~60 µs send (docs/ARCHITECTURE.md).
 	s.handler = s.mux
 	return s, nil
 }
@@ -221,19 +221,19 @@ func (s *Server) routes() *chi.Mux {
 // api wraps a handler: path names checked, body read (decompressed and
 // capped), request validated against openapi.yaml, errors written as problems.
 func (s *Server) api(action string, h handlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.prepare(w, r, action, h, true); err != nil {
-			s.writeError(w, r, err)
-		}
-	}
+	return s.endpoint(action, true, h)
 }
 
 // apiOwnBody is api for the hot routes, whose handlers check their JSON
 // bodies against the spec as they decode them (decode.go); kin-openapi
 // still checks everything else about the request.
 func (s *Server) apiOwnBody(action string, h handlerFunc) http.HandlerFunc {
+	return s.endpoint(action, false, h)
+}
+
+func (s *Server) endpoint(action string, checkBody bool, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.prepare(w, r, action, h, false); err != nil {
+		if err := s.prepare(w, r, action, h, checkBody); err != nil {
 			s.writeError(w, r, err)
 		}
 	}
