@@ -239,3 +239,63 @@ func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// A 100M run's last four phases fall within 1.5% of it and share one mark;
+// their names in one rotated label were taller than the throughput panel,
+// plot.Align then gave the panels a NaN height and the rasterizer never
+// finished filling it. The plot of such a run must come out.
+func TestPlotOfALongRunWithCrowdedPhases(t *testing.T) {
+	var r backlogResult
+	r.Messages, r.MessageBytes = 100_000_000, 128
+	now := 0.0
+	add := func(phase string, n int, producing, consuming bool) {
+		for range n {
+			now++
+			s := sample{T: now, Seconds: 1, Phase: phase, Producing: producing, Consuming: consuming, RSS: 330 << 20}
+			if producing {
+				s.SentRate, s.SendP99 = 90_000, 50
+			}
+			if consuming {
+				s.AckedRate, s.PullP99 = 40_000, 30
+			}
+			r.Series = append(r.Series, s)
+		}
+	}
+	add("empty-send warm-up", 1, true, false)
+	add("empty-send", 5, true, false)
+	add("empty-pull warm-up", 1, false, true)
+	add("empty-pull", 5, false, true)
+	add("fill", 1149, true, false)
+	add("backlog-send warm-up", 1, true, false)
+	add("backlog-send", 5, true, false)
+	add("backlog-pull warm-up", 1, false, true)
+	add("backlog-pull", 5, false, true)
+	add("SIGTERM restart", 1, false, false)
+	add("load, SIGKILL", 5, true, false)
+	add("SIGKILL restart", 1, false, false)
+
+	for _, m := range phaseMarks(splitSegments(r.Series)) {
+		if n := len([]rune(m.label)); n > maxMarkLabel+4 {
+			t.Errorf("mark label %q is %d characters", m.label, n)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "plot.png")
+	done := make(chan error, 1)
+	go func() { done <- writePlot(path, r) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("writePlot did not finish in a minute")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatalf("the plot is not a PNG: %v", err)
+	}
+}

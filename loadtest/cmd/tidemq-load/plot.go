@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -193,8 +194,9 @@ func splitSegments(ss []sample) [][]sample {
 }
 
 type mark struct {
-	t     float64
-	label string
+	t      float64
+	merged []string // the names of the phases that begin here
+	label  string
 }
 
 // phaseMarks is where each phase began (warm-ups are folded into the
@@ -220,13 +222,31 @@ func phaseMarks(segments [][]sample) []mark {
 		}
 		t = math.Max(t, 0)
 		if n := len(marks); n > 0 && t-marks[n-1].t < span*0.015 {
-			marks[n-1].label += " / " + name
+			marks[n-1].merged = append(marks[n-1].merged, name)
 			continue
 		}
-		marks = append(marks, mark{t: t, label: name})
+		marks = append(marks, mark{t: t, merged: []string{name}})
+	}
+	for i := range marks {
+		marks[i].label = markLabel(marks[i].merged)
 	}
 	return marks
 }
+
+// markLabel names the phases that share a mark; when their names together
+// are too long for the panel ("a / b / c" or "a +2"), the first stands for
+// all. A rotated label taller than its panel made plot.Align lay the
+// panels out with a NaN height, and the rasterizer then never finished
+// (a 100M run, whose last four phases fall within 1.5% of it).
+func markLabel(names []string) string {
+	label := strings.Join(names, " / ")
+	if utf8.RuneCountInString(label) <= maxMarkLabel {
+		return label
+	}
+	return fmt.Sprintf("%s +%d", names[0], len(names)-1)
+}
+
+const maxMarkLabel = 32
 
 // ticks125 marks 1, 2 and 5 times the powers of ten on a log axis.
 type ticks125 struct{}
