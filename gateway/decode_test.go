@@ -57,10 +57,20 @@ func sendOf(r *sendRequest) specSend {
 	return out
 }
 
+// slowJSON decodes with encoding/json, as the handlers did before
+// decode.go, independently of decodeJSON.
 func slowJSON[T any](body []byte) (any, error) {
 	var v T
-	if err := decodeJSON(body, &v); err != nil {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return v, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
 		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("data after the JSON value")
 	}
 	return v, nil
 }
