@@ -173,6 +173,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.quiet {
 		progress = nil
 	}
+	if c.inprocess || c.suite == "targets" {
+		tuneGC(os.Getenv)
+	}
 	if c.tracing && (c.inprocess || c.suite == "backlog") {
 		sink, err := startOTLPSink()
 		if err != nil {
