@@ -392,7 +392,7 @@ func decodeAck(body []byte) (*handlesRequest, error) {
 // kin-openapi's own problem when the spec refuses it too (the words every
 // other route uses), else with the decoder's.
 func (s *Server) explainBody(r *http.Request, body []byte, err error) error {
-	if verr := s.validate(r, body, false); verr != nil {
+	if verr := s.validate(r, body, true); verr != nil {
 		return verr
 	}
 	fe, ok := errors.AsType[*fieldError](err)
