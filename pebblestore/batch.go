@@ -55,6 +55,14 @@ func (b *batch) deferIndex(key, val []byte) {
 	b.indexKVs = append(b.indexKVs, kv)
 }
 
+// deleteRange is every range deletion of a batch: the waiting index
+// entries go in first, so that a tombstone written after them in the batch
+// covers them as it would have had they been written in place.
+func (b *batch) deleteRange(lo, hi []byte) {
+	b.flushIndex()
+	_ = b.b.DeleteRange(lo, hi, nil)
+}
+
 // flushIndex writes the waiting index entries in key order. Stable: a key
 // set twice keeps its last value.
 func (b *batch) flushIndex() {
@@ -91,7 +99,6 @@ func (b *batch) PutTopic(t *core.TopicRecord) { b.setJSON(topicKey(t.ID), t) }
 func (b *batch) DeleteTopic(t *core.TopicRecord) {
 	// Bodies in the shared log are found through the topic's queue index and
 	// deleted one by one; the topic's own ranges go with range tombstones.
-	b.flushIndex()
 	lo, hi := prefixRange(id32Prefix(prefixQueue, t.ID))
 	err := b.s.read(func() error {
 		it, err := b.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -110,13 +117,13 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 	if err != nil && b.err == nil {
 		b.err = err
 	}
-	_ = b.b.DeleteRange(lo, hi, nil)
+	b.deleteRange(lo, hi)
 	for _, p := range []byte{prefixTime, prefixSecondary, prefixHistory} {
 		lo, hi = prefixRange(id32Prefix(p, t.ID))
-		_ = b.b.DeleteRange(lo, hi, nil)
+		b.deleteRange(lo, hi)
 	}
 	lo, hi = prefixRange(id32Prefix(prefixQueueMeta, t.ID))
-	_ = b.b.DeleteRange(lo, hi, nil)
+	b.deleteRange(lo, hi)
 	_ = b.b.Delete(topicKey(t.ID), nil)
 }
 
@@ -125,7 +132,7 @@ func (b *batch) PutSubscription(s *core.SubscriptionRecord) { b.setJSON(subKey(s
 func (b *batch) DeleteSubscription(s *core.SubscriptionRecord) {
 	for _, p := range []byte{prefixWatermark, prefixAck, prefixDead, prefixMember} {
 		lo, hi := prefixRange(id32Prefix(p, s.ID))
-		_ = b.b.DeleteRange(lo, hi, nil)
+		b.deleteRange(lo, hi)
 	}
 	_ = b.b.Delete(subKey(s.ID), nil)
 }
@@ -214,9 +221,8 @@ func (b *batch) Close() {
 }
 
 func (b *batch) CutIndex(topicID uint32, bucket uint32) {
-	b.flushIndex()
 	lo := id32Prefix(prefixSecondary, topicID)
-	_ = b.b.DeleteRange(lo, be.AppendUint32(lo, bucket), nil)
+	b.deleteRange(lo, be.AppendUint32(lo, bucket))
 }
 
 // History: attempt u32 | consumer | deliveredAtMs u64 | outcome u8 | reason | settledAtMs u64

@@ -144,7 +144,7 @@ func (b *batch) PutTimer(dueMs int64, id uint64, kind byte) {
 }
 
 func (b *batch) DeleteTimersBefore(dueMs int64) {
-	_ = b.b.DeleteRange([]byte{prefixTimer}, timerKey(dueMs, 0), nil)
+	b.deleteRange([]byte{prefixTimer}, timerKey(dueMs, 0))
 }
 
 func (b *batch) PutDead(d *core.Dead) {
@@ -160,14 +160,13 @@ func (b *batch) PutDedup(r *core.DedupRecord) {
 func (b *batch) DeleteDedup(topicID uint32, key string) { _ = b.b.Delete(dedupKey(topicID, key), nil) }
 
 func (b *batch) CutQueue(topicID, queueID uint32, offset uint64, timeMs int64) {
-	b.flushIndex()
-	_ = b.b.DeleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset), nil)
-	_ = b.b.DeleteRange(historyKey(topicID, queueID, 0, 0, 0), historyKey(topicID, queueID, offset, 0, 0), nil)
-	_ = b.b.DeleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0), nil)
+	b.deleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset))
+	b.deleteRange(historyKey(topicID, queueID, 0, 0, 0), historyKey(topicID, queueID, offset, 0, 0))
+	b.deleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0))
 }
 
 func (b *batch) CutLog(seq uint64) {
-	_ = b.b.DeleteRange(logKey(nil, 0), logKey(nil, seq), nil)
+	b.deleteRange(logKey(nil, 0), logKey(nil, seq))
 }
 
 func (s *Store) ReadParked(kind byte, id uint64) (*core.Parked, error) {
@@ -378,7 +377,7 @@ func (b *batch) PutMember(subID uint32, consumerID string, cursorID uint32) {
 func (b *batch) DeleteCursor(cursorID uint32) {
 	for _, p := range []byte{prefixWatermark, prefixAck} {
 		lo, hi := prefixRange(id32Prefix(p, cursorID))
-		_ = b.b.DeleteRange(lo, hi, nil)
+		b.deleteRange(lo, hi)
 	}
 }
 
@@ -401,7 +400,7 @@ func (s *Store) loadMembers(snap *core.Snapshot) error {
 
 func (b *batch) DeleteCursorQueue(cursorID, queueID uint32) {
 	lo := ackKey(cursorID, queueID, 0)
-	_ = b.b.DeleteRange(lo, ackKey(cursorID, queueID+1, 0), nil)
+	b.deleteRange(lo, ackKey(cursorID, queueID+1, 0))
 }
 
 func (b *batch) PutLastIDs(lastTopic, lastSub uint32) {
