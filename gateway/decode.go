@@ -61,8 +61,11 @@ func (br *bodyReader) fail(format string, args ...any) error {
 	return &fieldError{where: string(br.dec.StackPointer()), reason: fmt.Sprintf(format, args...)}
 }
 
-// wrap turns a syntax error from jsontext into a fieldError.
+// wrap turns a syntax error from jsontext into a fieldError (nil stays nil).
 func (br *bodyReader) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
 	if _, ok := errors.AsType[*fieldError](err); ok {
 		return err
 	}
@@ -72,14 +75,8 @@ func (br *bodyReader) wrap(err error) error {
 // object reads a JSON object, calling member for each name; member must
 // read the value.
 func (br *bodyReader) object(member func(name []byte) error) error {
-	if k := br.dec.PeekKind(); k != '{' {
-		if _, err := br.dec.ReadToken(); err != nil {
-			return br.wrap(err)
-		}
-		return br.fail("must be an object")
-	}
-	if _, err := br.dec.ReadToken(); err != nil {
-		return br.wrap(err)
+	if err := br.open('{', "an object"); err != nil {
+		return err
 	}
 	for br.dec.PeekKind() != '}' {
 		name, err := br.str()
@@ -91,19 +88,25 @@ func (br *bodyReader) object(member func(name []byte) error) error {
 		}
 	}
 	_, err := br.dec.ReadToken()
-	return br.wrapNil(err)
+	return br.wrap(err)
+}
+
+// open reads the '{' or '[' that must come next.
+func (br *bodyReader) open(delim jsontext.Kind, what string) error {
+	if br.dec.PeekKind() != delim {
+		if err := br.dec.SkipValue(); err != nil {
+			return br.wrap(err)
+		}
+		return br.fail("must be %s", what)
+	}
+	_, err := br.dec.ReadToken()
+	return br.wrap(err)
 }
 
 // array reads a JSON array of at most max items, calling item for each.
 func (br *bodyReader) array(minItems, maxItems int, item func(i int) error) error {
-	if k := br.dec.PeekKind(); k != '[' {
-		if _, err := br.dec.ReadToken(); err != nil {
-			return br.wrap(err)
-		}
-		return br.fail("must be an array")
-	}
-	if _, err := br.dec.ReadToken(); err != nil {
-		return br.wrap(err)
+	if err := br.open('[', "an array"); err != nil {
+		return err
 	}
 	n := 0
 	for ; br.dec.PeekKind() != ']'; n++ {
@@ -119,13 +122,6 @@ func (br *bodyReader) array(minItems, maxItems int, item func(i int) error) erro
 	}
 	if n < minItems {
 		return br.fail("must have at least %d items", minItems)
-	}
-	return nil
-}
-
-func (br *bodyReader) wrapNil(err error) error {
-	if err != nil {
-		return br.wrap(err)
 	}
 	return nil
 }
@@ -198,7 +194,7 @@ func (br *bodyReader) isNull() (bool, error) {
 		return false, nil
 	}
 	_, err := br.dec.ReadToken()
-	return true, br.wrapNil(err)
+	return true, br.wrap(err)
 }
 
 // end checks that nothing follows the value.
