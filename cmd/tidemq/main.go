@@ -20,6 +20,7 @@ import (
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/gctune"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/webhook"
 )
@@ -118,7 +119,7 @@ func main() {
 		os.Exit(2)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	tuneGC(os.Getenv)
+	gctune.Apply(os.Getenv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {

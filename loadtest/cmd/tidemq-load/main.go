@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemq/tidemq/internal/gctune"
 	"github.com/tidemq/tidemq/loadtest"
 )
 
@@ -174,7 +175,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		progress = nil
 	}
 	if c.inprocess || c.suite == "targets" {
-		tuneGC(os.Getenv)
+		gctune.Apply(os.Getenv)
 	}
 	if c.tracing && (c.inprocess || c.suite == "backlog") {
 		sink, err := startOTLPSink()
