@@ -3,7 +3,6 @@ package gateway
 import (
 	"cmp"
 	"encoding/base64"
-	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -323,7 +322,14 @@ func appendPulled(dst []byte, d core.Delivered) []byte {
 	}
 	if len(m.Properties) > 0 {
 		dst = append(dst, `,"properties":{`...)
-		for i, k := range slices.Sorted(maps.Keys(m.Properties)) {
+		// Sorted, as encoding/json writes maps; on the stack for a few keys.
+		var buf [8]string
+		names := buf[:0]
+		for k := range m.Properties {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		for i, k := range names {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
