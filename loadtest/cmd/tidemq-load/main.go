@@ -37,6 +37,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -49,12 +50,12 @@ import (
 )
 
 type config struct {
-	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel string
-	jsonFile, brokerBin, plotFile, seriesFile                          string
-	inprocess, quiet, noAck, tracing                                   bool
-	warmup, fillTimeout                                                time.Duration
-	rounds                                                             int
-	sc                                                                 loadtest.Scenario
+	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel, phases string
+	jsonFile, brokerBin, plotFile, seriesFile                                  string
+	inprocess, quiet, noAck, tracing                                           bool
+	warmup, fillTimeout                                                        time.Duration
+	rounds                                                                     int
+	sc                                                                         loadtest.Scenario
 }
 
 func parseFlags(args []string) (config, error) {
@@ -73,6 +74,7 @@ func parseFlags(args []string) (config, error) {
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (with -suite, of -profile-phase) to this file")
 	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof)")
+	fs.StringVar(&c.phases, "phases", "", "with -suite targets: run only the phases whose names match this regular expression (targets lacking a phase are left out; a pull phase without the batch phase fills as for 100,000 msg/s)")
 	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
@@ -293,7 +295,14 @@ func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdo
 
 // runSuite runs -suite targets and writes its table.
 func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) error {
-	s := &suite{url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
+	var only *regexp.Regexp
+	if c.phases != "" {
+		var err error
+		if only, err = regexp.Compile(c.phases); err != nil {
+			return fmt.Errorf("-phases: %w", err)
+		}
+	}
+	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -32,11 +33,12 @@ type suite struct {
 	log           *slog.Logger
 	warmup        time.Duration
 	duration      time.Duration
-	progress      io.Writer // nil: quiet
-	cpuProfile    string    // file for the CPU profile of profilePhases
-	profilePhases []string  // with more than one, each goes to cpuProfile-<phase>.pprof
-	rounds        int       // times the target phases run; the median ratio decides
-	round         int       // the round running (0-based); only round 0 is profiled
+	progress      io.Writer      // nil: quiet
+	cpuProfile    string         // file for the CPU profile of profilePhases
+	profilePhases []string       // with more than one, each goes to cpuProfile-<phase>.pprof
+	rounds        int            // times the target phases run; the median ratio decides
+	only          *regexp.Regexp // nil: every phase; else the phases whose names match (targets lacking one are left out)
+	round         int            // the round running (0-based); only round 0 is profiled
 	phases        []phase
 }
 
@@ -342,6 +344,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	// (faster ones drain it early, which ends the measured run).
 	pullStep := step{"pull256-c4-1KiB", func(name string) (phase, error) {
 		rate := got[c.round]["batch100-p16-1KiB"].MsgsPerSec
+		if rate == 0 { // the batch phase was left out (-phases)
+			rate = 100_000
+		}
 		fill := int64(1.5*rate*(c.warmup+c.duration).Seconds()/100+1) * 100
 		fill = min(max(fill, 10_000), 5_000_000)
 		return c.pullPhase(ctx, name, fill, 1024, loadtest.Consumers{Count: 4, MaxMessages: 256, WaitSeconds: 1})
@@ -380,6 +385,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		c.round = r
 		got[r] = map[string]phase{}
 		for _, s := range steps {
+			if c.only != nil && !c.only.MatchString(s.name) {
+				continue
+			}
 			p, err := s.run(s.name)
 			if err != nil {
 				return nil, err
@@ -390,7 +398,12 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 
 	// Each target's ratio per round; the median round decides.
 	var targets []target
-	add := func(name, want string, pass func(ratio float64) bool, one func(g map[string]phase) (ratio float64, measured, baseline string, errs bool)) {
+	add := func(name, want string, needs []string, pass func(ratio float64) bool, one func(g map[string]phase) (ratio float64, measured, baseline string, errs bool)) {
+		for _, n := range needs {
+			if _, ran := got[0][n]; !ran {
+				return
+			}
+		}
 		t := target{Name: name, Want: want}
 		type result struct {
 			ratio              float64
@@ -411,7 +424,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		targets = append(targets, t)
 	}
 	throughput := func(name, measured, baseline string) {
-		add(name, "≥ 50%", func(r float64) bool { return r >= 0.5 }, func(g map[string]phase) (float64, string, string, bool) {
+		add(name, "≥ 50%", []string{measured, baseline}, func(r float64) bool { return r >= 0.5 }, func(g map[string]phase) (float64, string, string, bool) {
 			m, b := g[measured], g[baseline]
 			return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s", thousands(m.MsgsPerSec)),
 				fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
@@ -421,21 +434,21 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	throughput("batch send, 100 msgs/request, 16 producers, 256 B", "batch100-p16-256B", "pebble-b32-w16-256B")
 	throughput("batch send, 100 msgs/request, 16 producers, 16 KiB", "batch100-p16-16KiB", "pebble-b32-w16-16KiB")
 	throughput("single send, 64 producers, 1 KiB", "single-p64-1KiB", "noop-c64-1KiB")
-	add("single send, 1 producer, 1 KiB: p50", "≤ bound", func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+	add("single send, 1 producer, 1 KiB: p50", "≤ bound", []string{"noop-c1-1KiB", "pebble-b1-w1-1KiB", "single-p1-1KiB"}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
 		n1, pb1w1, s1 := g["noop-c1-1KiB"], g["pebble-b1-w1-1KiB"], g["single-p1-1KiB"]
 		bound := n1.Latency.P50 + pb1w1.Latency.P50 + 150*time.Microsecond
 		return float64(s1.Latency.P50) / float64(bound), fmt.Sprintf("p50 %s", micros(s1.Latency.P50)),
 			fmt.Sprintf("no-op p50 %s + Pebble b1 w1 commit p50 %s + 150µs = %s", micros(n1.Latency.P50), micros(pb1w1.Latency.P50), micros(bound)),
 			len(s1.Errors) > 0
 	})
-	add("pull 256 + ack, 4 consumers, against a backlog, 1 KiB", "≥ 80%", func(r float64) bool { return r >= 0.8 }, func(g map[string]phase) (float64, string, string, bool) {
+	add("pull 256 + ack, 4 consumers, against a backlog, 1 KiB", "≥ 80%", []string{"pull256-c4-1KiB", "batch100-p16-1KiB"}, func(r float64) bool { return r >= 0.8 }, func(g map[string]phase) (float64, string, string, bool) {
 		m, b := g["pull256-c4-1KiB"], g["batch100-p16-1KiB"]
 		return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s acked", thousands(m.MsgsPerSec)),
 			fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
 	})
 	// Latency against absolute bounds: the ratio is the larger of p50/1ms
 	// and p99/5ms, so ≤ 100% passes.
-	add("end to end (send → long-poll delivery), 1,000 msg/s open loop, 1 KiB: p50, p99", "p50 ≤ 1 ms, p99 ≤ 5 ms", func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+	add("end to end (send → long-poll delivery), 1,000 msg/s open loop, 1 KiB: p50, p99", "p50 ≤ 1 ms, p99 ≤ 5 ms", []string{"e2e-r1000-p8-c4-1KiB"}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
 		p := g["e2e-r1000-p8-c4-1KiB"]
 		var rep loadtest.Report
 		if p.Report != nil {

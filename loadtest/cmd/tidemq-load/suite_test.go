@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestTargetsSuitePhases runs -suite targets with -phases picking the three
+// phases of the single-producer latency target: only those run (against a
+// real in-process broker, raw Pebble and the no-op handler), and the table
+// holds that target alone, with a ratio worked out from them.
+func TestTargetsSuitePhases(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "targets.json")
+	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-phases", `^(pebble-b1-w1|noop-c1|single-p1)-1KiB$`,
+		"-duration", "400ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, c, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res suiteResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, p := range res.Phases {
+		ran = append(ran, p.Name)
+		if p.MsgsPerSec <= 0 || p.Latency.P50 <= 0 || len(p.Errors) > 0 {
+			t.Errorf("phase %s: %g msg/s, p50 %v, errors %v", p.Name, p.MsgsPerSec, p.Latency.P50, p.Errors)
+		}
+	}
+	slices.Sort(ran)
+	if want := []string{"noop-c1-1KiB", "pebble-b1-w1-1KiB", "single-p1-1KiB"}; !slices.Equal(ran, want) {
+		t.Fatalf("phases run %v, want %v", ran, want)
+	}
+	if len(res.Targets) != 1 || res.Targets[0].Name != "single send, 1 producer, 1 KiB: p50" {
+		t.Fatalf("targets %+v: want the single-producer latency target alone", res.Targets)
+	}
+	if r := res.Targets[0].Ratio; r <= 0 || r > 100 {
+		t.Errorf("ratio %g: want a positive share of the bound", r)
+	}
+}
+
+func TestTargetsSuiteRefusesABadPhasesPattern(t *testing.T) {
+	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-phases", "(", "-quiet"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), c, &stdout, &stderr); err == nil {
+		t.Fatal("run with -phases \"(\": no error")
+	}
+}
