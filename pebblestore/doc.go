@@ -47,7 +47,9 @@
 //
 // Message records (L, and the copies in R, P and X) are values of 256 bytes
 // and more, which Pebble's value separation keeps in blob files: a
-// compaction moves the keys and blob references, never the bodies. A
+// compaction moves the keys and blob references, never the bodies. Blocks
+// are 32 KiB (blob and data alike): a pull reads bodies in seq order, and
+// each block read costs a pread and a cache allocation. A
 // batch's index entries (Q, I, T) are buffered and added sorted at commit,
 // after its log entries, so each memtable insert follows the previous one.
 //
