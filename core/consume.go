@@ -284,8 +284,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 		parent := trace.SpanContextFromContext(remoteContext(m.Traceparent))
 		sc := parent
 		if b.tel.tracing {
-			attrs := append(attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, consumer),
-				attribute.String("messaging.message.id", m.ID))
+			attrs := attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, consumer, m.ID)
 			sc = b.tel.event(parent, SpanDeliver, now, attrs...)
 		}
 		traces = append(traces, sc)

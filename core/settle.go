@@ -467,11 +467,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 // settleAttrs are the attributes of a settle span of a delivery.
 func (s *subscription) settleAttrs(d *delivery) []attribute.KeyValue {
 	topic := s.b.topicName(s.topic)
-	attrs := attemptAttrs(topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer)
-	if d.msgID != "" {
-		attrs = append(attrs, attribute.String("messaging.message.id", d.msgID))
-	}
-	return attrs
+	return attemptAttrs(topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer, d.msgID)
 }
 
 // dueAfter is now+wait in Unix ms, rounded up: a retry is never due before

@@ -224,8 +224,11 @@ func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, a
 	return sc
 }
 
-func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int, consumer string) []attribute.KeyValue {
-	return []attribute.KeyValue{
+// attemptAttrs are the attributes of one delivery attempt's spans; msgID
+// is left out when unknown.
+func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int, consumer, msgID string) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 8)
+	attrs = append(attrs,
 		attribute.String("messaging.system", "tidemq"),
 		attribute.String("messaging.destination.name", topic),
 		attribute.String("messaging.consumer.group.name", group),
@@ -233,5 +236,9 @@ func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int,
 		attribute.Int64("messaging.message.offset", int64(offset)),
 		attribute.Int("tidemq.delivery_attempt", attempt),
 		attribute.String("messaging.client.id", consumer),
+	)
+	if msgID != "" {
+		attrs = append(attrs, attribute.String("messaging.message.id", msgID))
 	}
+	return attrs
 }
