@@ -13,8 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/otlpspans"
 	"github.com/tidemq/tidemq/pebblestore"
 )
 
@@ -118,8 +117,8 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 		closers = append(closers, func() error { return mp.Shutdown(context.Background()) })
 		var tp trace.TracerProvider = tracenoop.NewTracerProvider()
 		if tracesEndpoint != "" {
-			var exp *otlptrace.Exporter
-			exp, err = otlptracehttp.New(context.Background(), otlptracehttp.WithEndpointURL(tracesEndpoint+"/v1/traces"))
+			var exp *otlpspans.Exporter
+			exp, err = otlpspans.New(otlpspans.Config{Endpoint: tracesEndpoint + "/v1/traces"})
 			if err != nil {
 				return
 			}
