@@ -58,11 +58,18 @@ func Open(dir string, opts Options) (*Store, error) {
 		FormatMajorVersion:          pebble.FormatValueSeparation, // blob files (below)
 		MemTableSize:                opts.MemTableBytes,
 		MemTableStopWritesThreshold: 4,
-		L0CompactionThreshold:       2,
-		L0StopWritesThreshold:       1000,
-		LBaseMaxBytes:               64 << 20,
-		FlushDelayDeleteRange:       10 * 1e9,
-		Logger:                      quietLogger{opts.Logger},
+		// Every flush holds keys of every prefix (log, queue index, id
+		// index, history, watermarks), so its L0 file overlaps all of Lbase
+		// and an L0 compaction rewrites the whole base level: a small base
+		// level (Pebble's default is 64 MiB) and compacting L0 four files
+		// at a time (we had 2) bound that rewrite: compaction fell from
+		// 36–40% to ~25% of a sustained batch send's CPU, +20% msg/s
+		// (docs/BENCHMARKS.md).
+		L0CompactionThreshold: 4,
+		L0StopWritesThreshold: 1000,
+		LBaseMaxBytes:         8 << 20,
+		FlushDelayDeleteRange: 10 * 1e9,
+		Logger:                quietLogger{opts.Logger},
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	// Message bodies go to blob files at flush, and compactions move only
