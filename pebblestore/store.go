@@ -234,10 +234,8 @@ func (s *Store) loadTopics(snap *core.Snapshot) error {
 	return it.Error()
 }
 
-// queueRange reads a queue's meta record (next offset, bytes) and its first
-// ReadMessages walks one iterator over the log: SeekGE moves forward from
-// where the iterator is, so reading a pull's 256 neighbouring seqs costs
-// little more than scanning them.
+// ReadMessages walks one iterator over the log, forward only: a seq right
+// after the last one read is one Next away, and a gap one SeekGE.
 func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 	if len(seqs) == 0 {
 		return nil
@@ -251,9 +249,20 @@ func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 		}
 		defer it.Close()
 		key := lo
+		valid := false // the iterator is at a key no seq has passed yet
 		for i, seq := range seqs {
 			key = logKey(key, seq)
-			if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+			if !valid || bytes.Compare(it.Key(), key) < 0 {
+				// A pull's seqs are mostly consecutive: one Next usually
+				// lands on the key, far cheaper than a seek.
+				if valid {
+					valid = it.Next()
+				}
+				if !valid || bytes.Compare(it.Key(), key) < 0 {
+					valid = it.SeekGE(key)
+				}
+			}
+			if !valid || !bytes.Equal(it.Key(), key) {
 				continue
 			}
 			v, err := it.ValueAndErr()
@@ -268,6 +277,7 @@ func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 	})
 }
 
+// queueRange reads a queue's meta record (next offset, bytes) and its first
 // index entry (the lowest retained offset).
 func (s *Store) queueRange(topicID, queueID uint32) (core.QueueRange, error) {
 	var r core.QueueRange
