@@ -375,7 +375,7 @@ func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 		e2e = e2e[:0]
 		for _, m := range res.Messages {
 			handles = append(handles, m.ReceiptHandle)
-			if m.Properties[PropRun] != r.runID {
+			if m.Properties.Run != r.runID {
 				r.stale.Add(1)
 				continue
 			}
@@ -383,7 +383,7 @@ func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 				r.redelivered.Add(1)
 				continue
 			}
-			if ns, err := strconv.ParseInt(m.Properties[PropSentAt], 10, 64); err == nil {
+			if ns, err := strconv.ParseInt(m.Properties.SentAt, 10, 64); err == nil {
 				e2e = append(e2e, now.Sub(time.Unix(0, ns)))
 			}
 			r.delivered.Add(1)
