@@ -62,16 +62,7 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 		return nil, nil, err
 	}
 	rec, subs := b.subsOf(t)
-	var found *Message
-	from, to := b.indexBuckets(rec)
-	err = b.store.ScanIndex(rec.ID, IndexID, IndexHash(id), from, to, 0, 0, func(_ uint32, seq uint64) bool {
-		m, err := b.store.ReadMessage(seq)
-		if err == nil && m.ID == id && m.TopicID == rec.ID {
-			found = m
-			return false
-		}
-		return true
-	})
+	found, err := b.findByID(rec, id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,6 +79,30 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 		states = append(states, st...)
 	}
 	return found, states, nil
+}
+
+// findByID looks id up in the topic's id index: under its own kind, and
+// for a NUID also under IndexID, where data dirs written before IndexNUID
+// indexed every id.
+func (b *Broker) findByID(rec *TopicRecord, id string) (*Message, error) {
+	from, to := b.indexBuckets(rec)
+	kind, digest := IDIndex(id)
+	var found *Message
+	scan := func(kind byte, digest uint64) error {
+		return b.store.ScanIndex(rec.ID, kind, digest, from, to, 0, 0, func(_ uint32, seq uint64) bool {
+			m, err := b.store.ReadMessage(seq)
+			if err == nil && m.ID == id && m.TopicID == rec.ID {
+				found = m
+				return false
+			}
+			return true
+		})
+	}
+	err := scan(kind, digest)
+	if err == nil && found == nil && kind != IndexID {
+		err = scan(IndexID, IndexHash(id))
+	}
+	return found, err
 }
 
 func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, error) {

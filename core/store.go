@@ -43,9 +43,10 @@ type Store interface {
 
 // Secondary index kinds.
 const (
-	IndexID  byte = 'i'
-	IndexKey byte = 'k'
-	IndexTag byte = 't'
+	IndexID   byte = 'i' // message ids by IndexHash: ids that are not NUIDs, and every id stored before IndexNUID
+	IndexNUID byte = 'n' // message ids that are NUIDs, by NUIDDigest
+	IndexKey  byte = 'k'
+	IndexTag  byte = 't'
 )
 
 // IndexBucketMs is the width of a secondary index time bucket: retention

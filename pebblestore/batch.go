@@ -145,7 +145,8 @@ func (b *batch) Append(m *core.Message) {
 	b.val = appendIndexValue(b.val[:0], m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)), core.ShardingHash(m.ShardingKey))
 	b.deferIndex(b.key, b.val)
 	bucket := core.IndexBucket(m.StoredAtMs)
-	b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexID, core.IndexHash(m.ID), m.Seq)
+	kind, digest := core.IDIndex(m.ID)
+	b.key = secondaryKey(b.key, m.TopicID, bucket, kind, digest, m.Seq)
 	b.deferIndex(b.key, nil)
 	if m.Tag != "" {
 		b.key = secondaryKey(b.key, m.TopicID, bucket, core.IndexTag, core.IndexHash(m.Tag), m.Seq)
