@@ -130,6 +130,12 @@ type fillResult struct {
 	AcceptedAll int64            `json:"acceptedAll"`   // messages accepted since the broker started, the empty phase's too
 	RSSAfter    int64            `json:"rssAfter"`
 	BrokerCores float64          `json:"brokerCores"`
+	// Settled is how long the idle broker took, after the fill, to finish
+	// the work the fill left (Pebble's flushes and compactions): until its
+	// CPU stayed below settleIdleCores for a second, at most settleMax.
+	Settled    loadtest.Seconds `json:"settledSeconds"`
+	SettleCPU  time.Duration    `json:"settleCpuNs"` // the broker's CPU time meanwhile
+	SettledOut bool             `json:"settledOut"`  // settleMax passed first
 }
 
 // backlogResult is the JSON output of -suite backlog.
@@ -463,7 +469,47 @@ func (b *backlogSuite) fill(ctx context.Context, sc loadtest.Scenario) error {
 	if st.Lag < rep.Sent {
 		return fmt.Errorf("fill: the backlog subscription's lag is %d after %d messages were accepted", st.Lag, rep.Sent)
 	}
-	return nil
+	return b.settle(ctx)
+}
+
+// The backlog phases compare a broker holding the backlog with the empty
+// broker, which had no earlier writes to compact. So they start once the
+// broker has done the work the fill left behind (a burst of 10 million
+// messages leaves minutes of compactions), not while it pays for it: the
+// fill's own first and last tenth show what sustained sending costs.
+const (
+	settleIdleCores = 0.05
+	settleMax       = 5 * time.Minute
+)
+
+// settle waits until the broker's CPU stays below settleIdleCores for a
+// second, at most settleMax.
+func (b *backlogSuite) settle(ctx context.Context) error {
+	f := &b.res.Fill
+	start, cpu0 := time.Now(), b.proc.cpu()
+	last := cpu0
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		now := b.proc.cpu()
+		idle := (now - last).Seconds() < settleIdleCores
+		last = now
+		f.Settled, f.SettleCPU = loadtest.Seconds(time.Since(start)), now-cpu0
+		if idle {
+			b.logf("   settled: the broker was idle %.0f s after the fill (%s of CPU meanwhile)", time.Since(start).Seconds(), dur(f.SettleCPU))
+			return nil
+		}
+		if time.Since(start) >= settleMax {
+			f.SettledOut = true
+			b.logf("   not settled: the broker was still busy %.0f s after the fill; measuring anyway", time.Since(start).Seconds())
+			return nil
+		}
+	}
 }
 
 // tenths is the mean sent rate over the first and the last tenth (by
@@ -682,6 +728,11 @@ func (r backlogResult) writeMarkdown(w io.Writer) error {
 		fmt.Fprintf(&b, "Stored afterwards: subscription lag %s, topic messages %s; data dir %s, %.0f B per message accepted so far (%s, with the empty phases'), broker RSS %s.\n",
 			thousands(float64(f.Lag)), thousands(float64(f.Topic)), bytesIEC(f.DiskBytes), float64(f.DiskBytes)/float64(f.AcceptedAll),
 			thousands(float64(f.AcceptedAll)), bytesIEC(f.RSSAfter))
+		if f.SettledOut {
+			fmt.Fprintf(&b, "The broker was still busy with the fill's flushes and compactions %.0f s after it; the backlog phases ran anyway.\n", time.Duration(f.Settled).Seconds())
+		} else {
+			fmt.Fprintf(&b, "Then the idle broker finished the fill's flushes and compactions (%.0f s, %s of CPU) before the backlog phases started.\n", time.Duration(f.Settled).Seconds(), dur(f.SettleCPU))
+		}
 	}
 	b.WriteString("\n### Phases\n\n| phase | what | msg/s | p50 | p99 | p99.9 | max | broker CPU/msg | broker cores | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Phases {

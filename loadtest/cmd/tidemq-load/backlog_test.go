@@ -41,7 +41,7 @@ func TestBacklogSuite(t *testing.T) {
 	}
 	t.Logf("report:\n%s", stdout.String())
 
-	for _, want := range []string{"| target |", "restart to ready after SIGKILL", "### Fill", "| backlog-pull |"} {
+	for _, want := range []string{"| target |", "restart to ready after SIGKILL", "### Fill", "the idle broker finished the fill's", "| backlog-pull |"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}
@@ -52,6 +52,9 @@ func TestBacklogSuite(t *testing.T) {
 	f := res.Fill
 	if f.Sent != 20000 || f.Lag < 20000 || f.Topic < 20000 || f.DiskBytes <= 0 || f.MsgsPerSec <= 0 {
 		t.Errorf("fill: sent %d, lag %d, topic messages %d, disk %d B, %g msg/s", f.Sent, f.Lag, f.Topic, f.DiskBytes, f.MsgsPerSec)
+	}
+	if f.Settled <= 0 || f.SettledOut {
+		t.Errorf("fill: settled after %v (gave up: %v): want the idle broker within the bound", f.Settled, f.SettledOut)
 	}
 	var names []string
 	for _, p := range res.Phases {
