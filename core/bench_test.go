@@ -177,9 +177,11 @@ func benchSendParallel(b *testing.B, opts core.Options, n int) {
 
 // BenchmarkPullAck is one consumer pulling 32 messages (1 KiB) and acking
 // them, fsync on, from a backlog of 100,000. One op is one pull plus one ack.
-func BenchmarkPullAck(b *testing.B) {
+func BenchmarkPullAck(b *testing.B) { benchPullAck(b, core.Options{}) }
+
+func benchPullAck(b *testing.B, opts core.Options) {
 	const backlog, perPull = 100_000, 32
-	br, store := benchOpen(b, core.Options{})
+	br, store := benchOpen(b, opts)
 	benchSubscribe(b, br)
 	body := benchPayload(benchKiB)
 	mk := func(int) *core.Message { return &core.Message{Body: body} }

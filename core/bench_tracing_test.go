@@ -65,3 +65,19 @@ func BenchmarkSendTracingCPU(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPullAckTracing is BenchmarkPullAck with tracing off and on: two
+// spans per message (deliver and ack), made and batched, exported nowhere.
+func BenchmarkPullAckTracing(b *testing.B) {
+	for _, tracing := range []string{"off", "on"} {
+		b.Run("tracing="+tracing, func(b *testing.B) {
+			opts := core.Options{}
+			if tracing == "on" {
+				tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(benchDiscard{}))
+				b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+				opts.TracerProvider = tp
+			}
+			benchPullAck(b, opts)
+		})
+	}
+}

@@ -213,16 +213,25 @@ func formatTraceparent(sc trace.SpanContext) string {
 
 // event records one finished lifecycle step of a message as a span,
 // child of parent (the message's trace), at time at.
+//
+// Two of these are made per consumed message, so it allocates as little as
+// the OTel API lets it: one timestamp option for start and end, the kind
+// option made once, and the attributes set on the span rather than copied
+// into a start option first.
 func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, attrs ...attribute.KeyValue) trace.SpanContext {
 	if !t.tracing || !parent.IsValid() {
 		return parent
 	}
 	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
-	_, span := t.tracer.Start(ctx, name, trace.WithTimestamp(at), trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+	ts := trace.WithTimestamp(at)
+	_, span := t.tracer.Start(ctx, name, ts, consumerKind)
+	span.SetAttributes(attrs...)
 	sc := span.SpanContext()
-	span.End(trace.WithTimestamp(at))
+	span.End(ts)
 	return sc
 }
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
 
 // attemptAttrs are the attributes of one delivery attempt's spans; msgID
 // is left out when unknown.
