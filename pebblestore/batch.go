@@ -228,12 +228,14 @@ func (b *batch) CutIndex(topicID uint32, bucket uint32) {
 
 // History: attempt u32 | consumer | deliveredAtMs u64 | outcome u8 | reason | settledAtMs u64
 func (b *batch) PutHistory(h *core.HistoryRecord) {
-	v := make([]byte, 0, 52+len(h.ConsumerID)+len(h.Reason))
-	v = be.AppendUint32(v, uint32(h.Attempt))
+	// An ack writes one of these per message: the batch's scratch buffers,
+	// which Set copies, instead of two allocations each.
+	v := be.AppendUint32(b.val[:0], uint32(h.Attempt))
 	v = appendString(v, h.ConsumerID)
 	v = be.AppendUint64(v, uint64(h.DeliveredAtMs))
 	v = append(v, h.Outcome)
 	v = appendString(v, h.Reason)
-	v = be.AppendUint64(v, uint64(h.SettledAtMs))
-	_ = b.b.Set(historyKey(h.TopicID, h.QueueID, h.Offset, h.StateID, h.ID), v, nil)
+	b.val = be.AppendUint64(v, uint64(h.SettledAtMs))
+	b.key = appendHistoryKey(b.key, h.TopicID, h.QueueID, h.Offset, h.StateID, h.ID)
+	_ = b.b.Set(b.key, b.val, nil)
 }

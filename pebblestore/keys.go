@@ -122,8 +122,11 @@ func secondaryKey(dst []byte, topicID, bucket uint32, kind byte, hash, seq uint6
 
 // historyKey is H topicID queueID offset cursorID id.
 func historyKey(topicID, queueID uint32, offset uint64, cursorID uint32, id uint64) []byte {
-	k := make([]byte, 0, 29)
-	k = append(k, prefixHistory)
+	return appendHistoryKey(make([]byte, 0, 29), topicID, queueID, offset, cursorID, id)
+}
+
+func appendHistoryKey(k []byte, topicID, queueID uint32, offset uint64, cursorID uint32, id uint64) []byte {
+	k = append(k[:0], prefixHistory)
 	k = be.AppendUint32(k, topicID)
 	k = be.AppendUint32(k, queueID)
 	k = be.AppendUint64(k, offset)
