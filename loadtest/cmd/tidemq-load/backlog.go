@@ -474,9 +474,10 @@ func (b *backlogSuite) fill(ctx context.Context, sc loadtest.Scenario) error {
 
 // The backlog phases compare a broker holding the backlog with the empty
 // broker, which had no earlier writes to compact. So they start once the
-// broker has done the work the fill left behind (a burst of 10 million
-// messages leaves minutes of compactions), not while it pays for it: the
-// fill's own first and last tenth show what sustained sending costs.
+// broker has done the flushes and compactions the fill left behind (2 s
+// after a 10-million fill on the development machine; longer on a slower
+// disk), not while it pays for them: the fill's own first and last tenth
+// show what sustained sending costs.
 const (
 	settleIdleCores = 0.05
 	settleMax       = 5 * time.Minute
