@@ -111,19 +111,20 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger.With("component", "gateway"), doc: doc, oaRouter: oaRouter}
 	s.opts.JaegerUI = checkJaegerUI(opts.JaegerUI, s.log)
-	s.latency, err = opts.MeterProvider.Meter("github.com/tidemq/tidemq/gateway").Float64Histogram(
-		"tidemq.operation.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to answer a send, batch send, pull or ack, per operation and topic."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	meter := opts.MeterProvider.Meter("github.com/tidemq/tidemq/gateway")
+	seconds := func(name, desc string) (metric.Float64Histogram, error) {
+		h, err := meter.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30))
+		if err != nil {
+			return nil, fmt.Errorf("gateway: metrics: %w", err)
+		}
+		return h, nil
 	}
-	s.httpDur, err = opts.MeterProvider.Meter("github.com/tidemq/tidemq/gateway").Float64Histogram(
-		"http.server.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of HTTP server requests, per method, route and status."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30))
-	if err != nil {
-		return nil, fmt.Errorf("gateway: metrics: %w", err)
+	if s.latency, err = seconds("tidemq.operation.duration", "Time to answer a send, batch send, pull or ack, per operation and topic."); err != nil {
+		return nil, err
+	}
+	if s.httpDur, err = seconds("http.server.request.duration", "Duration of HTTP server requests, per method, route and status."); err != nil {
+		return nil, err
 	}
 	// Replies are gzipped when the client asks, from 256 bytes up: gzip
 	// would only grow a send's ~120-byte reply, and compressing every tiny
