@@ -711,15 +711,11 @@ func (r backlogResult) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "- started %s, took %s\n\n", m.Start.Format(time.RFC3339), m.Took.Round(time.Second))
 	b.WriteString("| target | measured | reference | ratio | want | result |\n|---|---:|---|---:|---|---|\n")
 	for _, t := range r.Targets {
-		res := "FAIL"
-		if t.Pass {
-			res = "PASS"
-		}
 		ratio := fmt.Sprintf("%.0f%%", t.Ratio*100)
 		if t.Baseline == "-" {
 			ratio = "-"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | **%s** |\n", t.Name, t.Measured, t.Baseline, ratio, t.Want, res)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | **%s** |\n", t.Name, t.Measured, t.Baseline, ratio, t.Want, t.result())
 	}
 	f := r.Fill
 	fmt.Fprintf(&b, "\n### Fill\n\n%s of %s messages accepted in %.1f s: %s msg/s (first tenth of the fill %s msg/s, last tenth %s msg/s), send per batch %s, errors %s; broker on %.2f cores.\n",

@@ -81,6 +81,14 @@ type suiteResult struct {
 	Targets []target `json:"targets"`
 }
 
+// result is the target's verdict as the tables print it.
+func (t target) result() string {
+	if t.Pass {
+		return "PASS"
+	}
+	return "FAIL"
+}
+
 func (c *suite) logf(format string, args ...any) {
 	if c.progress != nil {
 		fmt.Fprintf(c.progress, format+"\n", args...)
@@ -508,15 +516,11 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "- started %s, took %s\n\n", m.Start.Format(time.RFC3339), m.Took.Round(time.Second))
 	b.WriteString("| target | measured | baseline | ratio | want | result | ratio per round |\n|---|---:|---|---:|---|---|---|\n")
 	for _, t := range r.Targets {
-		res := "FAIL"
-		if t.Pass {
-			res = "PASS"
-		}
 		var rounds []string
 		for _, x := range t.Rounds {
 			rounds = append(rounds, fmt.Sprintf("%.0f%%", x*100))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %.0f%% | %s | **%s** | %s |\n", t.Name, t.Measured, t.Baseline, t.Ratio*100, t.Want, res, strings.Join(rounds, ", "))
+		fmt.Fprintf(&b, "| %s | %s | %s | %.0f%% | %s | **%s** | %s |\n", t.Name, t.Measured, t.Baseline, t.Ratio*100, t.Want, t.result(), strings.Join(rounds, ", "))
 	}
 	if len(r.Targets) > 0 && len(r.Targets[0].Rounds) > 1 {
 		b.WriteString("\nWith several rounds, measured, baseline and ratio are the median round's (per target), and every round's phases are below.\n")
