@@ -2,7 +2,6 @@ package core
 
 import (
 	"hash/fnv"
-	"strings"
 	"time"
 )
 
@@ -128,7 +127,7 @@ func nuidSequence(id string) (uint64, bool) {
 	}
 	var seq uint64
 	for i := range nuidLen {
-		d := strings.IndexByte(nuidDigits, id[i])
+		d := nuidDigitValue[id[i]]
 		if d < 0 {
 			return 0, false
 		}
@@ -138,6 +137,18 @@ func nuidSequence(id string) (uint64, bool) {
 	}
 	return seq, true
 }
+
+// nuidDigitValue maps a byte to its base-62 digit value, -1 for bytes that
+// are no digit: every sent message's id is decoded, so no string search.
+var nuidDigitValue = func() (v [256]int8) {
+	for i := range v {
+		v[i] = -1
+	}
+	for d := range len(nuidDigits) {
+		v[nuidDigits[d]] = int8(d)
+	}
+	return v
+}()
 
 // PushConfig makes the broker POST each message to an endpoint instead of
 // waiting for pulls.
