@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"golang.org/x/net/netutil"
 
 	"github.com/tidemq/tidemq/core"
@@ -136,6 +137,9 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// Export failures and dropped spans are reported through OTel's global
+	// handler; send them to our log rather than the standard logger.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("telemetry", "err", err) }))
 	store, err := pebblestore.Open(cfg.data, pebblestore.Options{Logger: log})
 	if err != nil {
 		return err

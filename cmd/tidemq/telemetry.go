@@ -55,28 +55,30 @@ func setupTelemetry(ctx context.Context, getenv func(string) string) (*telemetry
 		if protocol == "" {
 			protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 		}
-		var exp sdktrace.SpanExporter
 		switch protocol {
 		case "grpc":
-			exp, err = otlptracegrpc.New(ctx)
-		case "", "http/protobuf":
-			// Our own OTLP/HTTP encoder: the stock exporter cost ~4 µs per
-			// span, and a message's life is 2–3 spans (internal/otlpspans).
-			var cfg otlpspans.Config
-			if cfg, err = otlpspans.ConfigFromEnv(getenv); err == nil {
-				exp, err = otlpspans.New(cfg)
+			exp, err := otlptracegrpc.New(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("otlp exporter: %w", err)
 			}
+			// The batch processor exports off the hot path; the sampler
+			// comes from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG.
+			tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+			t.tracerProvider = tp
+			t.shutdown = append(t.shutdown, tp.Shutdown)
+		case "", "http/protobuf":
+			// Our own OTLP/HTTP path: the SDK's spans and the stock
+			// exporter cost more per message than the broker's own work
+			// (internal/otlpspans). Same OTEL_* variables.
+			tp, err := newSpanProvider(getenv, res)
+			if err != nil {
+				return nil, err
+			}
+			t.tracerProvider = tp
+			t.shutdown = append(t.shutdown, tp.Shutdown)
 		default:
 			return nil, fmt.Errorf("OTEL_EXPORTER_OTLP_PROTOCOL %q: want grpc or http/protobuf", protocol)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("otlp exporter: %w", err)
-		}
-		// The batch processor exports off the hot path; the sampler comes
-		// from OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG.
-		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-		t.tracerProvider = tp
-		t.shutdown = append(t.shutdown, tp.Shutdown)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -88,6 +90,23 @@ func setupTelemetry(ctx context.Context, getenv func(string) string) (*telemetry
 	t.shutdown = append(t.shutdown, t.meterProvider.Shutdown)
 	t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return t, nil
+}
+
+func newSpanProvider(getenv func(string) string, res *resource.Resource) (*otlpspans.Provider, error) {
+	cfg, err := otlpspans.ConfigFromEnv(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("otlp exporter: %w", err)
+	}
+	exp, err := otlpspans.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("otlp exporter: %w", err)
+	}
+	pcfg, err := otlpspans.ProviderConfigFromEnv(getenv)
+	if err != nil {
+		return nil, fmt.Errorf("tracing: %w", err)
+	}
+	pcfg.Resource = res
+	return otlpspans.NewProvider(exp, pcfg), nil
 }
 
 // close flushes spans still buffered.

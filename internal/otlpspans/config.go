@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 const (
@@ -200,4 +202,99 @@ func parseHeaders(s string) (map[string]string, error) {
 		headers[k] = strings.TrimSpace(v)
 	}
 	return headers, nil
+}
+
+// ProviderConfigFromEnv reads the sampler (OTEL_TRACES_SAMPLER,
+// OTEL_TRACES_SAMPLER_ARG), the batching (OTEL_BSP_SCHEDULE_DELAY,
+// OTEL_BSP_EXPORT_TIMEOUT, OTEL_BSP_MAX_QUEUE_SIZE,
+// OTEL_BSP_MAX_EXPORT_BATCH_SIZE) and the attribute count limit
+// (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT, else OTEL_ATTRIBUTE_COUNT_LIMIT) as the
+// SDK does. Resource is left for the caller. As with ConfigFromEnv, a
+// malformed value is an error rather than a log line.
+func ProviderConfigFromEnv(getenv func(string) string) (ProviderConfig, error) {
+	var cfg ProviderConfig
+	var err error
+	if cfg.Sampler, err = samplerFromEnv(getenv); err != nil {
+		return ProviderConfig{}, err
+	}
+	positive := func(name string, dst *int) error {
+		s := strings.TrimSpace(getenv(name))
+		if s == "" {
+			return nil
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%s=%q: want a positive integer", name, s)
+		}
+		*dst = n
+		return nil
+	}
+	var delayMs, timeoutMs int
+	for _, v := range []struct {
+		name string
+		dst  *int
+	}{
+		{"OTEL_BSP_MAX_QUEUE_SIZE", &cfg.QueueSize},
+		{"OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &cfg.BatchSize},
+		{"OTEL_BSP_SCHEDULE_DELAY", &delayMs},
+		{"OTEL_BSP_EXPORT_TIMEOUT", &timeoutMs},
+	} {
+		if err := positive(v.name, v.dst); err != nil {
+			return ProviderConfig{}, err
+		}
+	}
+	cfg.ScheduleDelay = time.Duration(delayMs) * time.Millisecond
+	cfg.ExportTimeout = time.Duration(timeoutMs) * time.Millisecond
+	// A negative limit means none, as in the SDK; zero (drop every
+	// attribute) is refused: tidemq's spans are their attributes.
+	for _, name := range []string{"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_COUNT_LIMIT"} {
+		s := strings.TrimSpace(getenv(name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n == 0 {
+			return ProviderConfig{}, fmt.Errorf("%s=%q: want a non-zero integer (negative: no limit)", name, s)
+		}
+		cfg.AttributeCountLimit = n
+		break
+	}
+	return cfg, nil
+}
+
+// samplerFromEnv builds the samplers the SDK builds from
+// OTEL_TRACES_SAMPLER; the default is parent-based, always on.
+func samplerFromEnv(getenv func(string) string) (sdktrace.Sampler, error) {
+	name := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER")))
+	arg := strings.TrimSpace(getenv("OTEL_TRACES_SAMPLER_ARG"))
+	ratio := func() (sdktrace.Sampler, error) {
+		if arg == "" {
+			return sdktrace.TraceIDRatioBased(1), nil
+		}
+		r, err := strconv.ParseFloat(arg, 64)
+		if err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("OTEL_TRACES_SAMPLER_ARG=%q: want a ratio from 0 to 1", arg)
+		}
+		return sdktrace.TraceIDRatioBased(r), nil
+	}
+	switch name {
+	case "", "parentbased_always_on":
+		return sdktrace.ParentBased(sdktrace.AlwaysSample()), nil
+	case "always_on":
+		return sdktrace.AlwaysSample(), nil
+	case "always_off":
+		return sdktrace.NeverSample(), nil
+	case "parentbased_always_off":
+		return sdktrace.ParentBased(sdktrace.NeverSample()), nil
+	case "traceidratio":
+		return ratio()
+	case "parentbased_traceidratio":
+		root, err := ratio()
+		if err != nil {
+			return nil, err
+		}
+		return sdktrace.ParentBased(root), nil
+	default:
+		return nil, fmt.Errorf("OTEL_TRACES_SAMPLER=%q: want always_on, always_off, traceidratio or their parentbased_ forms", name)
+	}
 }

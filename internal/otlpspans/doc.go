@@ -29,6 +29,21 @@
 // fails at once instead of sleeping until the deadline; and the
 // experimental self-observability metrics of otlptracehttp are not emitted.
 //
+// # Provider
+//
+// The exporter made the export cheap; what remained was the SDK's span
+// itself (~1.4 µs and ~16 allocations per span in the broker's pull and
+// ack, plus the batch processor's copy). Provider is a
+// trace.TracerProvider whose spans encode themselves into the open batch
+// when they end: one allocation for the span (attributes inline) and one
+// for its context. It samples with an sdktrace.Sampler, keeps the SDK's
+// attribute, event, link and status rules (a differential test records the
+// same calls through both and compares the requests), and batches with the
+// OTEL_BSP_* meanings: full batches queue for one export goroutine, and a
+// span that would overflow the queue is dropped and counted. In the
+// load tester's pull + ack phase it took the broker from 19.2 to 17.7 µs
+// of CPU per message (docs/BENCHMARKS.md).
+//
 // Only OTLP/HTTP with protobuf is covered. gRPC (and OTLP/JSON) stay on the
 // stock exporters.
 package otlpspans

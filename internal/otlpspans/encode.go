@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -302,39 +303,70 @@ func appendScope(b []byte, scope instrumentation.Scope) []byte {
 	return closeMessage(b, start, reserveSmall)
 }
 
+// spanFields is what one OTLP Span message holds: the SDK's read-only
+// spans are copied into it field by field, and the Provider's spans are it.
+type spanFields struct {
+	sc, parent    trace.SpanContext
+	name          string
+	kind          trace.SpanKind
+	start, end    time.Time
+	attrs         []attribute.KeyValue
+	droppedAttrs  int
+	events        []sdktrace.Event
+	droppedEvents int
+	links         []sdktrace.Link
+	droppedLinks  int
+	status        sdktrace.Status
+}
+
 func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
+	// Each accessor copies (under the span's lock), so each is called once.
+	f := spanFields{
+		sc:            s.SpanContext(),
+		parent:        s.Parent(),
+		name:          s.Name(),
+		kind:          s.SpanKind(),
+		start:         s.StartTime(),
+		end:           s.EndTime(),
+		attrs:         s.Attributes(),
+		droppedAttrs:  s.DroppedAttributes(),
+		events:        s.Events(),
+		droppedEvents: s.DroppedEvents(),
+		links:         s.Links(),
+		droppedLinks:  s.DroppedLinks(),
+		status:        s.Status(),
+	}
+	return appendSpanFields(b, &f)
+}
+
+func appendSpanFields(b []byte, s *spanFields) []byte {
 	b, start := openMessage(b, fieldScopeSpansSpans, reserveSpan)
 
-	sc := s.SpanContext()
-	traceID, spanID := sc.TraceID(), sc.SpanID()
+	traceID, spanID := s.sc.TraceID(), s.sc.SpanID()
 	b = appendBytes(b, fieldSpanTraceID, traceID[:])
 	b = appendBytes(b, fieldSpanSpanID, spanID[:])
-	b = appendTraceState(b, fieldSpanTraceState, sc.TraceState())
-	parent := s.Parent()
-	if parentID := parent.SpanID(); parentID.IsValid() {
+	b = appendTraceState(b, fieldSpanTraceState, s.sc.TraceState())
+	if parentID := s.parent.SpanID(); parentID.IsValid() {
 		b = appendBytes(b, fieldSpanParentSpanID, parentID[:])
 	}
-	b = appendString(b, fieldSpanName, s.Name())
-	b = appendVarint(b, fieldSpanKind, spanKind(s.SpanKind()))
-	b = appendFixed64(b, fieldSpanStartTime, uint64(max(0, s.StartTime().UnixNano())))
-	b = appendFixed64(b, fieldSpanEndTime, uint64(max(0, s.EndTime().UnixNano())))
-	attrs := s.Attributes()
-	for i := range attrs {
-		b = appendKeyValue(b, fieldSpanAttributes, &attrs[i])
+	b = appendString(b, fieldSpanName, s.name)
+	b = appendVarint(b, fieldSpanKind, spanKind(s.kind))
+	b = appendFixed64(b, fieldSpanStartTime, uint64(max(0, s.start.UnixNano())))
+	b = appendFixed64(b, fieldSpanEndTime, uint64(max(0, s.end.UnixNano())))
+	for i := range s.attrs {
+		b = appendKeyValue(b, fieldSpanAttributes, &s.attrs[i])
 	}
-	b = appendVarint(b, fieldSpanDroppedAttributes, clampUint32(s.DroppedAttributes()))
-	events := s.Events()
-	for i := range events {
-		b = appendEvent(b, &events[i])
+	b = appendVarint(b, fieldSpanDroppedAttributes, clampUint32(s.droppedAttrs))
+	for i := range s.events {
+		b = appendEvent(b, &s.events[i])
 	}
-	b = appendVarint(b, fieldSpanDroppedEvents, clampUint32(s.DroppedEvents()))
-	links := s.Links()
-	for i := range links {
-		b = appendLink(b, &links[i])
+	b = appendVarint(b, fieldSpanDroppedEvents, clampUint32(s.droppedEvents))
+	for i := range s.links {
+		b = appendLink(b, &s.links[i])
 	}
-	b = appendVarint(b, fieldSpanDroppedLinks, clampUint32(s.DroppedLinks()))
-	b = appendStatus(b, s.Status())
-	b = appendFlags(b, fieldSpanFlags, sc.TraceFlags(), parent.IsRemote())
+	b = appendVarint(b, fieldSpanDroppedLinks, clampUint32(s.droppedLinks))
+	b = appendStatus(b, s.status)
+	b = appendFlags(b, fieldSpanFlags, s.sc.TraceFlags(), s.parent.IsRemote())
 
 	return closeMessage(b, start, reserveSpan)
 }

@@ -161,6 +161,14 @@ func (e *Exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 	if len(buf.raw) == 0 {
 		return nil
 	}
+	return e.exportRaw(ctx, buf)
+}
+
+// exportRaw sends an encoded ExportTraceServiceRequest.
+func (e *Exporter) exportRaw(ctx context.Context, buf *exportBuffer) error {
+	if e.stopped.Err() != nil {
+		return fmt.Errorf("traces export: %w", errShutdown)
+	}
 	if len(buf.raw) > maxRequestSize {
 		return fmt.Errorf("traces export: request body too large: exceeded %d bytes", maxRequestSize)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/net/netutil"
@@ -122,7 +121,8 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 			if err != nil {
 				return
 			}
-			stp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+			// As the binary exports over OTLP/HTTP, with the OTEL_BSP defaults.
+			stp := otlpspans.NewProvider(exp, otlpspans.ProviderConfig{})
 			closers = append(closers, func() error { return stp.Shutdown(context.Background()) })
 			tp = stp
 		}
