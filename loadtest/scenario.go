@@ -20,10 +20,9 @@ type Scenario struct {
 	// needs publish and subscribe on the topic, and admin to create the
 	// topic and subscription (or use SkipSetup).
 	Token string `json:"-"`
-	// Client does the requests; nil means a clone of http.DefaultTransport
-	// with an idle connection kept for every producer and consumer (it asks
-	// for gzip replies, like the SDK). Pass one client to several runs to
-	// reuse its connections.
+	// Client does the requests; nil means NewClient's, without gzip (like
+	// the SDK's default). Pass one client to several runs to reuse its
+	// connections.
 	Client *http.Client `json:"-"`
 
 	// Topic is the topic to use. Empty means a fresh topic
@@ -209,16 +208,17 @@ func (s Scenario) withDefaults() Scenario {
 		s.ProgressInterval = time.Second
 	}
 	if s.Client == nil {
-		s.Client = NewClient(s.Producers.Count + 2*s.Consumers.Count + 4)
+		s.Client = NewClient(s.Producers.Count+2*s.Consumers.Count+4, false)
 	}
 	return s
 }
 
-// NewClient returns the client Run uses when Scenario.Client is nil: a
-// clone of http.DefaultTransport (so it asks for gzip replies, like the
-// SDK) that keeps up to conns idle connections to the broker.
-func NewClient(conns int) *http.Client {
+// NewClient returns a clone of http.DefaultTransport that keeps up to conns
+// idle connections to the broker and asks for gzip replies only when gzip
+// is set (the SDK's ClientOptions.Compression; off by default).
+func NewClient(conns int, gzip bool) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.DisableCompression = !gzip
 	tr.MaxIdleConns = 2 * conns
 	tr.MaxIdleConnsPerHost = conns
 	return &http.Client{Transport: tr}

@@ -1,9 +1,13 @@
 package sdk_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -295,5 +299,30 @@ func TestQuerySeekDLQ(t *testing.T) {
 	redo, err := c.Pull(ctx, topic, "g", sdk.PullRequest{MaxMessages: 100, WaitSeconds: 1})
 	if err != nil || len(redo) != len(msgs) {
 		t.Errorf("Pull after seek = %d messages, %v", len(redo), err)
+	}
+}
+
+// TestClientCompression: the client asks for gzip replies only when told.
+func TestClientCompression(t *testing.T) {
+	var got atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Get("Accept-Encoding"))
+	}))
+	defer srv.Close()
+	for _, compression := range []bool{false, true} {
+		c, err := sdk.NewClient(srv.URL, sdk.ClientOptions{Compression: compression})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Ready(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := ""
+		if compression {
+			want = "gzip"
+		}
+		if ae := got.Load(); ae != want {
+			t.Errorf("Compression %v: Accept-Encoding %q, want %q", compression, ae, want)
+		}
 	}
 }

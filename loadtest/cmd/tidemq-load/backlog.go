@@ -45,6 +45,7 @@ type backlogSuite struct {
 	size         int
 	warmup       time.Duration
 	duration     time.Duration
+	gzip         bool          // clients ask for gzip replies
 	fillTimeout  time.Duration // 0: 1 min + 1 ms per message
 	readyTimeout time.Duration
 	progress     io.Writer // nil: quiet
@@ -219,7 +220,7 @@ func (b *backlogSuite) run(ctx context.Context, res *backlogResult) (err error) 
 	}
 	res.BrokerBinary = bin
 
-	b.client = loadtest.NewClient(16 + 2*4 + 4)
+	b.client = loadtest.NewClient(16+2*4+4, b.gzip)
 	defer b.client.CloseIdleConnections()
 	b.t0 = time.Now()
 	proc, ready, err := startBrokerProc(ctx, bin, b.data, b.logPath, b.readyTimeout)

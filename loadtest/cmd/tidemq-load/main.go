@@ -52,7 +52,7 @@ import (
 type config struct {
 	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel, phases string
 	jsonFile, brokerBin, plotFile, seriesFile                                  string
-	inprocess, quiet, noAck, tracing                                           bool
+	inprocess, quiet, noAck, tracing, gzip                                     bool
 	warmup, fillTimeout                                                        time.Duration
 	rounds                                                                     int
 	sc                                                                         loadtest.Scenario
@@ -77,6 +77,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.phases, "phases", "", "with -suite targets: run only the phases whose names match this regular expression (targets lacking a phase are left out; a pull phase without the batch phase fills as for 100,000 msg/s)")
 	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	fs.BoolVar(&c.gzip, "gzip", false, "ask the broker for gzip replies (off by default, like the SDK's client)")
 	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
 	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
@@ -204,7 +205,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 // also (as far as they go) when the suite failed.
 func runBacklog(ctx context.Context, c config, log *slog.Logger, progress, stdout io.Writer) error {
 	b := &backlogSuite{dir: c.dir, brokerBin: c.brokerBin, messages: c.sc.Messages, size: c.sc.Producers.MessageBytes,
-		warmup: c.warmup, duration: c.sc.Duration, fillTimeout: c.fillTimeout, progress: progress, log: log}
+		warmup: c.warmup, duration: c.sc.Duration, fillTimeout: c.fillTimeout, progress: progress, log: log, gzip: c.gzip}
 	res := backlogResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	err := b.run(ctx, &res)
@@ -262,7 +263,7 @@ func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdo
 	}
 	sc := c.sc
 	sc.URL = url
-	sc.Client = loadtest.NewClient(sc.Producers.Count + 2*sc.Consumers.Count + 4)
+	sc.Client = loadtest.NewClient(sc.Producers.Count+2*sc.Consumers.Count+4, c.gzip)
 	if c.warmup > 0 {
 		w := sc
 		w.Duration, w.Messages = c.warmup, 0
@@ -303,7 +304,7 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 		}
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
-		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds}
+		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)

@@ -39,6 +39,7 @@ type suite struct {
 	rounds        int            // times the target phases run; the median ratio decides
 	only          *regexp.Regexp // nil: every phase; else the phases whose names match (targets lacking one are left out)
 	round         int            // the round running (0-based); only round 0 is profiled
+	gzip          bool           // clients ask for gzip replies
 	phases        []phase
 }
 
@@ -123,7 +124,7 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 		desc += fmt.Sprintf(", %d consumers pulling %d (wait %ds)", sc.Consumers.Count, sc.Consumers.MaxMessages, max(sc.Consumers.WaitSeconds, 0))
 	}
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
-	client := loadtest.NewClient(p.Count + 2*sc.Consumers.Count + 4)
+	client := loadtest.NewClient(p.Count+2*sc.Consumers.Count+4, c.gzip)
 	defer client.CloseIdleConnections()
 	sc.URL, sc.Client, sc.Token = url, client, c.token
 	if c.warmup > 0 {
@@ -245,7 +246,7 @@ func (c *suite) pullPhase(ctx context.Context, name string, fill int64, size int
 func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
 	desc := fmt.Sprintf("broker, %d B bodies, %d consumers pulling %d + ack, backlog of %s, no producers", size, cons.Count, cons.MaxMessages, thousands(float64(fill)))
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
-	client := loadtest.NewClient(16 + 2*cons.Count + 4)
+	client := loadtest.NewClient(16+2*cons.Count+4, c.gzip)
 	defer client.CloseIdleConnections()
 	admin := loadtest.Admin{URL: url, Token: c.token, Client: client}
 	id := fmt.Sprintf("%08x", rand.Uint32())
