@@ -244,14 +244,17 @@ type tick struct {
 }
 
 // openLoop schedules a request of Batch messages every Batch/Rate seconds
-// and has the producers send them; a producer that takes a request after
-// the deadline counts it as missed.
+// and has the producers send them. A request handed to a producer is sent
+// even if the producer takes it after the deadline (by scheduling jitter or
+// because all were busy): its latency counts from when it was due, so
+// lateness shows there. What could not be handed to a producer by the
+// deadline, or is left when ctx ends, is missed.
 func (r *runner) openLoop(ctx context.Context, producers *sync.WaitGroup, start, deadline time.Time) {
 	ticks := make(chan tick, r.s.Producers.Count)
 	for i := range r.s.Producers.Count {
 		producers.Go(func() {
 			for t := range ticks {
-				if expired(deadline) || ctx.Err() != nil {
+				if ctx.Err() != nil {
 					r.missed.Add(int64(t.n))
 					continue
 				}
