@@ -33,6 +33,7 @@ const (
 // binary), so recording one never waits for the network.
 type telemetry struct {
 	tracer     trace.Tracer
+	recorder   spanRecorder // the tracer, when it records finished spans in one call
 	tracing    bool
 	msgsIn     metric.Int64Counter
 	bytesIn    metric.Int64Counter
@@ -51,6 +52,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	_, isNoop := tp.(tracenoop.TracerProvider)
 	t.tracing = !isNoop
 	t.tracer = tp.Tracer(instrumentationName)
+	t.recorder, _ = t.tracer.(spanRecorder)
 	if mp == nil {
 		mp = metricnoop.NewMeterProvider()
 	}
@@ -211,16 +213,25 @@ func formatTraceparent(sc trace.SpanContext) string {
 	return string(hex.AppendEncode(b, []byte{byte(sc.TraceFlags())}))
 }
 
+// spanRecorder is a tracer that records a finished span in one call, with
+// no span object (internal/otlpspans' tracers are). Two lifecycle spans are
+// made per consumed message, so this is worth an interface.
+type spanRecorder interface {
+	RecordSpan(parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) trace.SpanContext
+}
+
 // event records one finished lifecycle step of a message as a span,
 // child of parent (the message's trace), at time at.
 //
-// Two of these are made per consumed message, so it allocates as little as
-// the OTel API lets it: one timestamp option for start and end, the kind
-// option made once, and the attributes set on the span rather than copied
-// into a start option first.
+// With another tracer it allocates as little as the OTel API lets it: one
+// timestamp option for start and end, the kind option made once, and the
+// attributes set on the span rather than copied into a start option first.
 func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, attrs ...attribute.KeyValue) trace.SpanContext {
 	if !t.tracing || !parent.IsValid() {
 		return parent
+	}
+	if t.recorder != nil {
+		return t.recorder.RecordSpan(parent, name, trace.SpanKindConsumer, at, at, attrs)
 	}
 	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
 	ts := trace.WithTimestamp(at)

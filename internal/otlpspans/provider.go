@@ -68,6 +68,10 @@ type Provider struct {
 	exp      *Exporter
 	cfg      ProviderConfig
 	resource []byte // the encoded ResourceSpans.resource field
+	// parentBased is set when the sampler is the SDK's default (parent-based,
+	// always on), whose decision is the parent's flag: decided inline, it
+	// saves a context and a sampler call per span.
+	parentBased bool
 
 	mu      sync.Mutex
 	tracers map[instrumentation.Scope]*tracer
@@ -114,6 +118,7 @@ func NewProvider(exp *Exporter, cfg ProviderConfig) *Provider {
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
+	p.parentBased = cfg.Sampler.Description() == sdktrace.ParentBased(sdktrace.AlwaysSample()).Description()
 	if cfg.Resource != nil {
 		var start int
 		p.resource, start = openMessage(nil, fieldResourceSpansResource, reserveSpan)
@@ -321,27 +326,7 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	} else {
 		parent = trace.SpanContextFromContext(ctx)
 	}
-	var scc trace.SpanContextConfig
-	if parent.TraceID().IsValid() {
-		scc.TraceID = parent.TraceID()
-	} else {
-		scc.TraceID = newTraceID()
-	}
-	scc.SpanID = newSpanID()
-	result := t.p.cfg.Sampler.ShouldSample(sdktrace.SamplingParameters{
-		ParentContext: ctx,
-		TraceID:       scc.TraceID,
-		Name:          name,
-		Kind:          cfg.SpanKind(),
-		Attributes:    cfg.Attributes(),
-		Links:         cfg.Links(),
-	})
-	scc.TraceState = result.Tracestate
-	scc.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
-	if result.Decision == sdktrace.RecordAndSample {
-		scc.TraceFlags |= trace.FlagsSampled
-	}
-	sc := trace.NewSpanContext(scc)
+	sc, result := t.sample(ctx, parent, name, cfg.SpanKind(), cfg.Attributes(), cfg.Links())
 	if result.Decision == sdktrace.Drop {
 		return trace.ContextWithSpan(ctx, nonRecordingSpan{sc: sc, p: t.p}), nonRecordingSpan{sc: sc, p: t.p}
 	}
@@ -359,6 +344,91 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	s.setAttributesLocked(result.Attributes)
 	s.setAttributesLocked(cfg.Attributes())
 	return trace.ContextWithSpan(ctx, s), s
+}
+
+// sample gives a new span's context and the sampler's decision, as the
+// SDK's tracer does: the parent's trace id (or a new one), a new random
+// span id, the parent's flags with the sampled bit decided. ctx (the
+// parent's) is read only by a sampler other than the default.
+func (t *tracer) sample(ctx context.Context, parent trace.SpanContext, name string, kind trace.SpanKind,
+	attrs []attribute.KeyValue, links []trace.Link) (trace.SpanContext, sdktrace.SamplingResult) {
+	var scc trace.SpanContextConfig
+	if parent.TraceID().IsValid() {
+		scc.TraceID = parent.TraceID()
+	} else {
+		scc.TraceID = newTraceID()
+	}
+	scc.SpanID = newSpanID()
+	var result sdktrace.SamplingResult
+	if t.p.parentBased {
+		result.Decision = sdktrace.RecordAndSample
+		if parent.IsValid() && !parent.IsSampled() {
+			result.Decision = sdktrace.Drop
+		}
+		result.Tracestate = parent.TraceState()
+	} else {
+		result = t.p.cfg.Sampler.ShouldSample(sdktrace.SamplingParameters{
+			ParentContext: ctx,
+			TraceID:       scc.TraceID,
+			Name:          name,
+			Kind:          kind,
+			Attributes:    attrs,
+			Links:         links,
+		})
+	}
+	scc.TraceState = result.Tracestate
+	scc.TraceFlags = parent.TraceFlags() &^ trace.FlagsSampled
+	if result.Decision == sdktrace.RecordAndSample {
+		scc.TraceFlags |= trace.FlagsSampled
+	}
+	return trace.NewSpanContext(scc), result
+}
+
+// RecordSpan records, in one call and without a span object, a span whose
+// whole life is known: what Start, SetAttributes and End with timestamps
+// would record. The broker's delivery and settle spans are made this way
+// (core looks for this method). It returns the span's context.
+func (t *tracer) RecordSpan(parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) trace.SpanContext {
+	var ctx context.Context // built only for a sampler that reads it
+	if !t.p.parentBased {
+		ctx = trace.ContextWithSpanContext(context.Background(), parent)
+	}
+	sc, result := t.sample(ctx, parent, name, kind, attrs, nil)
+	if result.Decision != sdktrace.RecordAndSample || t.p.closed.Load() {
+		return sc
+	}
+	f := spanFields{sc: sc, parent: parent, name: name, kind: trace.ValidateSpanKind(kind), start: start, end: end, attrs: attrs}
+	if len(result.Attributes) > 0 || !plainAttrs(attrs, t.p.cfg.AttributeCountLimit) {
+		// The SDK's attribute rules need a copy; rare enough to take the
+		// span path.
+		s := &span{tracer: t, export: true}
+		s.spanFields = f
+		s.attrs = s.attrsInline[:0]
+		s.setAttributesLocked(result.Attributes)
+		s.setAttributesLocked(attrs)
+		f.attrs, f.droppedAttrs = s.attrs, s.droppedAttrs
+	}
+	t.record(&f)
+	return sc
+}
+
+// plainAttrs reports whether attrs are valid, distinct and within limit,
+// so that the SDK's rules would keep them as they are.
+func plainAttrs(attrs []attribute.KeyValue, limit int) bool {
+	if limit >= 0 && len(attrs) > limit {
+		return false
+	}
+	for i, a := range attrs {
+		if !a.Valid() {
+			return false
+		}
+		for _, b := range attrs[:i] {
+			if a.Key == b.Key {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // record appends a finished span to the open batch.

@@ -319,3 +319,74 @@ func TestProviderSamplesAsTheSDK(t *testing.T) {
 		t.Fatalf("%d of 2000 sampled at ratio 0.5", sampled)
 	}
 }
+
+// TestRecordSpanMatchesStart: RecordSpan records what Start, SetAttributes
+// and End with timestamps record through the SDK, for the default sampler
+// (decided inline) and another one (asked), with plain attributes and with
+// ones the SDK's rules rewrite.
+func TestRecordSpanMatchesStart(t *testing.T) {
+	ts, _ := trace.ParseTraceState("vendor=abc")
+	remote := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0a, 1}, SpanID: trace.SpanID{0x0b, 1},
+		TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true,
+	})
+	local := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x0a, 1}, SpanID: trace.SpanID{0x0c, 1}, TraceFlags: trace.FlagsSampled,
+	})
+	unsampled := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{0x0c, 1}, SpanID: trace.SpanID{0x0d, 1}, Remote: true})
+	at := time.Unix(1_700_000_000, 0)
+	plain := []attribute.KeyValue{attribute.String("messaging.system", "tidemq"), attribute.Int64("messaging.message.offset", 7)}
+	rewritten := append(everyAttributeType(), attribute.Int64("messaging.message.offset", 7), attribute.Int64("messaging.message.offset", 8))
+	type call struct {
+		parent trace.SpanContext
+		name   string
+		kind   trace.SpanKind
+		attrs  []attribute.KeyValue
+	}
+	calls := []call{
+		{remote, "tidemq.deliver", trace.SpanKindConsumer, plain},
+		{local, "tidemq.ack", trace.SpanKindConsumer, rewritten},
+		{unsampled, "tidemq.ack", trace.SpanKindConsumer, plain},
+		{trace.SpanContext{}, "tidemq.redrive", trace.SpanKindProducer, nil},
+	}
+	for _, sampler := range []sdktrace.Sampler{nil, sdktrace.ParentBased(sdktrace.AlwaysSample(), sdktrace.WithLocalParentSampled(sdktrace.NeverSample()))} {
+		rec := tracetest.NewSpanRecorder()
+		res := resource.NewSchemaless(attribute.String("service.name", "tidemq"))
+		sdkOpts := []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(rec), sdktrace.WithResource(res)}
+		if sampler != nil {
+			sdkOpts = append(sdkOpts, sdktrace.WithSampler(sampler))
+		}
+		sdk := sdktrace.NewTracerProvider(sdkOpts...)
+		col := newCollector(t)
+		p := newTestProvider(t, col, ProviderConfig{Sampler: sampler, Resource: res})
+		ours := p.Tracer("core").(interface {
+			RecordSpan(trace.SpanContext, string, trace.SpanKind, time.Time, time.Time, []attribute.KeyValue) trace.SpanContext
+		})
+		for i, c := range calls {
+			start, end := at.Add(time.Duration(i)*time.Second), at.Add(time.Duration(i)*time.Second+time.Millisecond)
+			_, s := sdk.Tracer("core").Start(trace.ContextWithSpanContext(context.Background(), c.parent), c.name,
+				trace.WithTimestamp(start), trace.WithSpanKind(c.kind))
+			s.SetAttributes(c.attrs...)
+			s.End(trace.WithTimestamp(end))
+			sc := ours.RecordSpan(c.parent, c.name, c.kind, start, end, c.attrs)
+			if sc.IsSampled() != s.SpanContext().IsSampled() || sc.TraceState().String() != s.SpanContext().TraceState().String() ||
+				(c.parent.IsValid() && sc.TraceID() != c.parent.TraceID()) || !sc.SpanID().IsValid() {
+				t.Errorf("call %d: RecordSpan gave %v, the SDK %v", i, sc, s.SpanContext())
+			}
+		}
+		want := unmarshalRequest(t, MarshalSpans(nil, rec.Ended()))
+		if err := p.ForceFlush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		reqs := col.take()
+		if len(reqs) != 1 {
+			t.Fatalf("sampler %v: %d requests, want 1", sampler, len(reqs))
+		}
+		got := unmarshalRequest(t, reqs[0].body)
+		normalizeIDs(got)
+		normalizeIDs(want)
+		if !proto.Equal(got, want) {
+			t.Fatalf("sampler %v: RecordSpan's spans differ from the SDK's:\n%s", sampler, textDiff(prototext.Format(want), prototext.Format(got)))
+		}
+	}
+}
