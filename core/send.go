@@ -10,9 +10,7 @@ import (
 
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // Limits of SPEC §2.
@@ -112,45 +110,10 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 			m.QueueID = t.rr.Add(1) % nq
 		}
 	}
-	now := b.now()
-	var spans []trace.Span
-	if b.tel.tracing {
-		// One span per message: each message is one trace (or joins the
-		// producer's), and its stored traceparent parents every later step.
-		spans = make([]trace.Span, len(msgs))
-		startOpts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer), trace.WithTimestamp(now)}
-		for i, m := range msgs {
-			_, spans[i] = b.tel.tracer.Start(ctx, SpanSend, startOpts...)
-			m.Traceparent = formatTraceparent(spans[i].SpanContext())
-		}
-	} else if tp := formatTraceparent(trace.SpanContextFromContext(ctx)); tp != "" {
-		for _, m := range msgs {
-			m.Traceparent = tp
-		}
-	}
+	spans := b.tel.beginSends(ctx, msgs, b.now())
 	req := &request{kind: reqAppend, topic: t, msgs: msgs}
 	err = b.submit(ctx, req)
-	// One attribute buffer for all: SetAttributes copies it.
-	var attrs []attribute.KeyValue
-	if len(spans) > 0 {
-		attrs = make([]attribute.KeyValue, 0, 12)
-	}
-	for i, sp := range spans {
-		attrs = appendMessageAttrs(attrs[:0], topicName, msgs[i])
-		if err == nil {
-			r := req.results[i]
-			attrs = append(attrs, attribute.Bool("tidemq.duplicate", r.Duplicate), attribute.Bool("tidemq.delayed", r.Delayed))
-			if !r.Delayed {
-				attrs = append(attrs, attribute.Int64("messaging.message.offset", int64(r.Offset)))
-			}
-		}
-		sp.SetAttributes(attrs...)
-		if err != nil {
-			sp.RecordError(err)
-			sp.SetStatus(codes.Error, err.Error())
-		}
-		sp.End()
-	}
+	spans.end(topicName, msgs, req.results, err)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/trace"
@@ -214,10 +215,12 @@ func formatTraceparent(sc trace.SpanContext) string {
 }
 
 // spanRecorder is a tracer that records a finished span in one call, with
-// no span object (internal/otlpspans' tracers are). Two lifecycle spans are
-// made per consumed message, so this is worth an interface.
+// no span object (internal/otlpspans' tracers are): NewSpanContext decides
+// the span's ids and sampling when it begins, RecordSpan records it when
+// it is over. A message's life is 2–3 spans, so this is worth an interface.
 type spanRecorder interface {
-	RecordSpan(parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) trace.SpanContext
+	NewSpanContext(parent trace.SpanContext, name string, kind trace.SpanKind) trace.SpanContext
+	RecordSpan(sc, parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue)
 }
 
 // event records one finished lifecycle step of a message as a span,
@@ -231,7 +234,9 @@ func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, a
 		return parent
 	}
 	if t.recorder != nil {
-		return t.recorder.RecordSpan(parent, name, trace.SpanKindConsumer, at, at, attrs)
+		sc := t.recorder.NewSpanContext(parent, name, trace.SpanKindConsumer)
+		t.recorder.RecordSpan(sc, parent, name, trace.SpanKindConsumer, at, at, attrs)
+		return sc
 	}
 	ctx := trace.ContextWithRemoteSpanContext(context.Background(), parent)
 	ts := trace.WithTimestamp(at)
@@ -243,6 +248,88 @@ func (t *telemetry) event(parent trace.SpanContext, name string, at time.Time, a
 }
 
 var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+
+// sendSpans are the tidemq.send spans of one Send, one per message: each
+// message is one trace (or joins the producer's), and its stored
+// traceparent parents every later step.
+type sendSpans struct {
+	tel    *telemetry
+	parent trace.SpanContext
+	start  time.Time
+	spans  []trace.Span        // with a plain tracer
+	scs    []trace.SpanContext // with a spanRecorder
+}
+
+// beginSends starts the send spans and stamps each message with its
+// traceparent; without tracing, messages carry the caller's.
+func (t *telemetry) beginSends(ctx context.Context, msgs []*Message, now time.Time) sendSpans {
+	s := sendSpans{tel: t, parent: trace.SpanContextFromContext(ctx), start: now}
+	switch {
+	case !t.tracing:
+		if tp := formatTraceparent(s.parent); tp != "" {
+			for _, m := range msgs {
+				m.Traceparent = tp
+			}
+		}
+	case t.recorder != nil:
+		s.scs = make([]trace.SpanContext, len(msgs))
+		for i, m := range msgs {
+			s.scs[i] = t.recorder.NewSpanContext(s.parent, SpanSend, trace.SpanKindProducer)
+			m.Traceparent = formatTraceparent(s.scs[i])
+		}
+	default:
+		s.spans = make([]trace.Span, len(msgs))
+		startOpts := []trace.SpanStartOption{producerKind, trace.WithTimestamp(now)}
+		for i, m := range msgs {
+			_, s.spans[i] = t.tracer.Start(ctx, SpanSend, startOpts...)
+			m.Traceparent = formatTraceparent(s.spans[i].SpanContext())
+		}
+	}
+	return s
+}
+
+var producerKind = trace.WithSpanKind(trace.SpanKindProducer)
+
+// end ends the spans with each message's outcome: its offset, or err.
+func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err error) {
+	n := max(len(s.spans), len(s.scs))
+	if n == 0 {
+		return
+	}
+	// One attribute buffer for all: spans copy it.
+	attrs := make([]attribute.KeyValue, 0, 12)
+	now := time.Now()
+	for i := range n {
+		attrs = appendMessageAttrs(attrs[:0], topic, msgs[i])
+		if err == nil {
+			r := results[i]
+			attrs = append(attrs, attribute.Bool("tidemq.duplicate", r.Duplicate), attribute.Bool("tidemq.delayed", r.Delayed))
+			if !r.Delayed {
+				attrs = append(attrs, attribute.Int64("messaging.message.offset", int64(r.Offset)))
+			}
+		}
+		if s.scs != nil && err == nil {
+			s.tel.recorder.RecordSpan(s.scs[i], s.parent, SpanSend, trace.SpanKindProducer, s.start, now, attrs)
+			continue
+		}
+		var sp trace.Span
+		if s.spans != nil {
+			sp = s.spans[i]
+		} else {
+			// A failed send through a recorder: the error needs a span of
+			// its own (the message was not stored, so nothing refers to
+			// the context it was given).
+			_, sp = s.tel.tracer.Start(trace.ContextWithSpanContext(context.Background(), s.parent), SpanSend,
+				producerKind, trace.WithTimestamp(s.start))
+		}
+		sp.SetAttributes(attrs...)
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
+	}
+}
 
 // attemptAttrs are the attributes of one delivery attempt's spans; msgID
 // is left out when unknown.

@@ -2,41 +2,144 @@ package core_test
 
 import (
 	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/internal/otlpspans"
 	"github.com/tidemq/tidemq/pebblestore"
 )
 
-// tracedBroker is a broker on in-memory Pebble whose spans land in rec.
-func tracedBroker(t *testing.T) (*core.Broker, *tracetest.SpanRecorder) {
+// tracers are the two ways the broker's spans are made: the OTel SDK's
+// spans, and internal/otlpspans' Provider (the binary's, over OTLP/HTTP),
+// whose tracers record lifecycle spans without span objects.
+var tracers = []string{"sdk", "otlpspans"}
+
+// tracedBroker is a broker on in-memory Pebble with the given tracer;
+// ended returns the spans ended so far (for otlpspans, as a loopback
+// collector received them).
+func tracedBroker(t *testing.T, tracer string) (b *core.Broker, ended func() []sdktrace.ReadOnlySpan) {
 	t.Helper()
 	store, err := pebblestore.Open("db", pebblestore.Options{FS: vfs.NewMem()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	b, err := core.New(store, core.Options{AutoCreate: true, TracerProvider: tp})
+	var tp trace.TracerProvider
+	switch tracer {
+	case "sdk":
+		rec := tracetest.NewSpanRecorder()
+		tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		ended = rec.Ended
+	case "otlpspans":
+		col := newSpanCollector(t)
+		exp, err := otlpspans.New(otlpspans.Config{Endpoint: col.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := otlpspans.NewProvider(exp, otlpspans.ProviderConfig{})
+		t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+		tp = p
+		ended = func() []sdktrace.ReadOnlySpan {
+			if err := p.ForceFlush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			return col.spans(t)
+		}
+	}
+	b, err = core.New(store, core.Options{AutoCreate: true, TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
+		if err := b.Close(); err != nil && !errors.Is(err, core.ErrClosed) {
 			t.Error(err)
 		}
 		if err := store.Close(); err != nil {
 			t.Error(err)
 		}
 	})
-	return b, rec
+	return b, ended
+}
+
+// spanCollector is a loopback OTLP/HTTP endpoint keeping what it receives.
+type spanCollector struct {
+	*httptest.Server
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func newSpanCollector(t *testing.T) *spanCollector {
+	c := &spanCollector{}
+	c.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		c.bodies = append(c.bodies, body)
+		c.mu.Unlock()
+	}))
+	t.Cleanup(c.Close)
+	return c
+}
+
+// spans decodes what was received back into read-only spans: names, ids,
+// parents, string, int and bool attributes, and status.
+func (c *spanCollector) spans(t *testing.T) []sdktrace.ReadOnlySpan {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []sdktrace.ReadOnlySpan
+	for _, body := range c.bodies {
+		var req coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			t.Fatal(err)
+		}
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					stub := tracetest.SpanStub{Name: s.Name}
+					stub.SpanContext = trace.NewSpanContext(trace.SpanContextConfig{
+						TraceID: trace.TraceID(s.TraceId), SpanID: trace.SpanID(s.SpanId), TraceFlags: trace.FlagsSampled})
+					if len(s.ParentSpanId) == 8 {
+						stub.Parent = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID(s.TraceId), SpanID: trace.SpanID(s.ParentSpanId)})
+					}
+					for _, kv := range s.Attributes {
+						switch v := kv.Value.Value.(type) {
+						case *commonpb.AnyValue_StringValue:
+							stub.Attributes = append(stub.Attributes, attribute.String(kv.Key, v.StringValue))
+						case *commonpb.AnyValue_IntValue:
+							stub.Attributes = append(stub.Attributes, attribute.Int64(kv.Key, v.IntValue))
+						case *commonpb.AnyValue_BoolValue:
+							stub.Attributes = append(stub.Attributes, attribute.Bool(kv.Key, v.BoolValue))
+						}
+					}
+					if s.Status != nil && s.Status.Code == tracepb.Status_STATUS_CODE_ERROR {
+						stub.Status = sdktrace.Status{Code: codes.Error, Description: s.Status.Message}
+					}
+					out = append(out, stub.Snapshot())
+				}
+			}
+		}
+	}
+	return out
 }
 
 func spanAttr(s sdktrace.ReadOnlySpan, key string) (string, bool) {
@@ -52,113 +155,159 @@ func spanAttr(s sdktrace.ReadOnlySpan, key string) (string, bool) {
 // traceparent through a nack and a second delivery to its ack: every span
 // is in the producer's trace and carries the messaging attributes.
 func TestMessageLifeIsOneTrace(t *testing.T) {
-	b, rec := tracedBroker(t)
-	ctx := context.Background()
-	const producerTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	pctx := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": producerTP})
-	zero := 0
-	if _, _, err := b.PutSubscription(ctx, "orders", "billing", core.SubscriptionConfig{RetryDelays: []time.Duration{0}, MaxRetries: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	res, err := b.Send(pctx, "orders", []*core.Message{{Body: []byte("hello"), Tag: "TagA", Keys: []string{"order-1"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := res[0].MessageID
-
-	got, err := b.Pull(ctx, "orders", "billing", core.PullRequest{MaxMessages: 1, ConsumerID: "c1"})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("pull: %v %d", err, len(got))
-	}
-	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": got[0].Traceparent}))
-	if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
-		t.Fatalf("pulled traceparent %q is not in the producer's trace", got[0].Traceparent)
-	}
-	if _, _, err := b.Ack(ctx, "orders", "billing", []string{got[0].ReceiptHandle}); err != nil {
-		t.Fatal(err)
-	}
-
-	want := map[string]bool{core.SpanSend: false, core.SpanDeliver: false, core.SpanAck: false}
-	for _, s := range rec.Ended() {
-		if _, ok := want[s.Name()]; !ok {
-			continue
-		}
-		want[s.Name()] = true
-		if s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
-			t.Errorf("%s: trace %s, want the producer's", s.Name(), s.SpanContext().TraceID())
-		}
-		if v, _ := spanAttr(s, "messaging.system"); v != "tidemq" {
-			t.Errorf("%s: messaging.system = %q", s.Name(), v)
-		}
-		if v, _ := spanAttr(s, "messaging.destination.name"); v != "orders" {
-			t.Errorf("%s: messaging.destination.name = %q", s.Name(), v)
-		}
-		if v, _ := spanAttr(s, "messaging.message.id"); v != id {
-			t.Errorf("%s: messaging.message.id = %q, want %q", s.Name(), v, id)
-		}
-		if s.Name() != core.SpanSend {
-			if v, _ := spanAttr(s, "messaging.consumer.group.name"); v != "billing" {
-				t.Errorf("%s: group = %q", s.Name(), v)
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := context.Background()
+			const producerTP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+			pctx := propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": producerTP})
+			zero := 0
+			if _, _, err := b.PutSubscription(ctx, "orders", "billing", core.SubscriptionConfig{RetryDelays: []time.Duration{0}, MaxRetries: &zero}); err != nil {
+				t.Fatal(err)
 			}
-			if v, _ := spanAttr(s, "tidemq.delivery_attempt"); v != "1" {
-				t.Errorf("%s: attempt = %q", s.Name(), v)
+			res, err := b.Send(pctx, "orders", []*core.Message{{Body: []byte("hello"), Tag: "TagA", Keys: []string{"order-1"}}})
+			if err != nil {
+				t.Fatal(err)
 			}
-		} else if v, _ := spanAttr(s, "messaging.message.offset"); v != "0" {
-			t.Errorf("send: offset = %q", v)
-		}
-	}
-	for name, seen := range want {
-		if !seen {
-			t.Errorf("no %s span", name)
-		}
+			id := res[0].MessageID
+
+			got, err := b.Pull(ctx, "orders", "billing", core.PullRequest{MaxMessages: 1, ConsumerID: "c1"})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("pull: %v %d", err, len(got))
+			}
+			sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": got[0].Traceparent}))
+			if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+				t.Fatalf("pulled traceparent %q is not in the producer's trace", got[0].Traceparent)
+			}
+			if _, _, err := b.Ack(ctx, "orders", "billing", []string{got[0].ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+
+			want := map[string]bool{core.SpanSend: false, core.SpanDeliver: false, core.SpanAck: false}
+			for _, s := range ended() {
+				if _, ok := want[s.Name()]; !ok {
+					continue
+				}
+				want[s.Name()] = true
+				if s.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+					t.Errorf("%s: trace %s, want the producer's", s.Name(), s.SpanContext().TraceID())
+				}
+				if v, _ := spanAttr(s, "messaging.system"); v != "tidemq" {
+					t.Errorf("%s: messaging.system = %q", s.Name(), v)
+				}
+				if v, _ := spanAttr(s, "messaging.destination.name"); v != "orders" {
+					t.Errorf("%s: messaging.destination.name = %q", s.Name(), v)
+				}
+				if v, _ := spanAttr(s, "messaging.message.id"); v != id {
+					t.Errorf("%s: messaging.message.id = %q, want %q", s.Name(), v, id)
+				}
+				if s.Name() != core.SpanSend {
+					if v, _ := spanAttr(s, "messaging.consumer.group.name"); v != "billing" {
+						t.Errorf("%s: group = %q", s.Name(), v)
+					}
+					if v, _ := spanAttr(s, "tidemq.delivery_attempt"); v != "1" {
+						t.Errorf("%s: attempt = %q", s.Name(), v)
+					}
+				} else if v, _ := spanAttr(s, "messaging.message.offset"); v != "0" {
+					t.Errorf("send: offset = %q", v)
+				}
+			}
+			for name, seen := range want {
+				if !seen {
+					t.Errorf("no %s span", name)
+				}
+			}
+		})
 	}
 }
 
 // TestMessageWithoutProducerTraceGetsItsOwn checks that each message of a
 // batch sent without a traceparent starts its own trace.
 func TestMessageWithoutProducerTraceGetsItsOwn(t *testing.T) {
-	b, rec := tracedBroker(t)
-	ctx := context.Background()
-	if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("a")}, {Body: []byte("b")}}); err != nil {
-		t.Fatal(err)
-	}
-	traces := map[trace.TraceID]bool{}
-	for _, s := range rec.Ended() {
-		if s.Name() == core.SpanSend {
-			traces[s.SpanContext().TraceID()] = true
-		}
-	}
-	if len(traces) != 2 {
-		t.Fatalf("%d send traces, want one per message", len(traces))
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := context.Background()
+			if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("a")}, {Body: []byte("b")}}); err != nil {
+				t.Fatal(err)
+			}
+			traces := map[trace.TraceID]bool{}
+			for _, s := range ended() {
+				if s.Name() == core.SpanSend {
+					traces[s.SpanContext().TraceID()] = true
+				}
+			}
+			if len(traces) != 2 {
+				t.Fatalf("%d send traces, want one per message", len(traces))
+			}
+		})
 	}
 }
 
 // TestDeadLetterSpanCarriesReason checks the dead span of a message whose
 // only allowed delivery was nacked.
 func TestDeadLetterSpanCarriesReason(t *testing.T) {
-	b, rec := tracedBroker(t)
-	ctx := context.Background()
-	zero := 0
-	if _, _, err := b.PutSubscription(ctx, "t", "g", core.SubscriptionConfig{MaxRetries: &zero}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("poison")}}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := b.Pull(ctx, "t", "g", core.PullRequest{MaxMessages: 1})
-	if err != nil || len(got) != 1 {
-		t.Fatalf("pull: %v %d", err, len(got))
-	}
-	if _, _, err := b.Nack(ctx, "t", "g", []string{got[0].ReceiptHandle}, -1, "bad payload"); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range rec.Ended() {
-		if s.Name() == core.SpanDead {
-			if v, _ := spanAttr(s, "tidemq.reason"); v != "bad payload" {
-				t.Fatalf("dead span reason %q", v)
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := context.Background()
+			zero := 0
+			if _, _, err := b.PutSubscription(ctx, "t", "g", core.SubscriptionConfig{MaxRetries: &zero}); err != nil {
+				t.Fatal(err)
 			}
-			return
-		}
+			if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("poison")}}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.Pull(ctx, "t", "g", core.PullRequest{MaxMessages: 1})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("pull: %v %d", err, len(got))
+			}
+			if _, _, err := b.Nack(ctx, "t", "g", []string{got[0].ReceiptHandle}, -1, "bad payload"); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range ended() {
+				if s.Name() == core.SpanDead {
+					if v, _ := spanAttr(s, "tidemq.reason"); v != "bad payload" {
+						t.Fatalf("dead span reason %q", v)
+					}
+					return
+				}
+			}
+			t.Fatal("no tidemq.dead span")
+		})
 	}
-	t.Fatal("no tidemq.dead span")
+}
+
+// TestFailedSendSpanHasError: a send the broker refuses (here: closed)
+// ends its spans with the error.
+func TestFailedSendSpanHasError(t *testing.T) {
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := context.Background()
+			if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("first")}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("late")}}); !errors.Is(err, core.ErrClosed) {
+				t.Fatalf("send after Close: %v, want ErrClosed", err)
+			}
+			var failed, ok int
+			for _, s := range ended() {
+				if s.Name() != core.SpanSend {
+					continue
+				}
+				if s.Status().Code == codes.Error {
+					failed++
+				} else if _, has := spanAttr(s, "messaging.message.offset"); has {
+					ok++
+				}
+			}
+			if failed != 1 || ok != 1 {
+				t.Fatalf("send spans: %d failed, %d stored; want 1 and 1", failed, ok)
+			}
+		})
+	}
 }

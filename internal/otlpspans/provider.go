@@ -384,32 +384,39 @@ func (t *tracer) sample(ctx context.Context, parent trace.SpanContext, name stri
 	return trace.NewSpanContext(scc), result
 }
 
-// RecordSpan records, in one call and without a span object, a span whose
-// whole life is known: what Start, SetAttributes and End with timestamps
-// would record. The broker's delivery and settle spans are made this way
-// (core looks for this method). It returns the span's context.
-func (t *tracer) RecordSpan(parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) trace.SpanContext {
+// NewSpanContext decides the context of a span that RecordSpan will
+// record once it is over: sampled or not, its ids. Core calls it before a
+// send is stored (the message keeps its span's traceparent) and records
+// the span after.
+func (t *tracer) NewSpanContext(parent trace.SpanContext, name string, kind trace.SpanKind) trace.SpanContext {
 	var ctx context.Context // built only for a sampler that reads it
 	if !t.p.parentBased {
 		ctx = trace.ContextWithSpanContext(context.Background(), parent)
 	}
-	sc, result := t.sample(ctx, parent, name, kind, attrs, nil)
-	if result.Decision != sdktrace.RecordAndSample || t.p.closed.Load() {
-		return sc
+	sc, _ := t.sample(ctx, parent, name, kind, nil, nil)
+	return sc
+}
+
+// RecordSpan records, in one call and without a span object, a finished
+// span of context sc (from NewSpanContext): what Start, SetAttributes and
+// End with timestamps would record, except for attributes a sampler adds
+// (the SDK's samplers add none). An unsampled sc records nothing. The
+// broker's lifecycle spans are made this way (core looks for these two
+// methods).
+func (t *tracer) RecordSpan(sc, parent trace.SpanContext, name string, kind trace.SpanKind, start, end time.Time, attrs []attribute.KeyValue) {
+	if !sc.IsSampled() || t.p.closed.Load() {
+		return
 	}
 	f := spanFields{sc: sc, parent: parent, name: name, kind: trace.ValidateSpanKind(kind), start: start, end: end, attrs: attrs}
-	if len(result.Attributes) > 0 || !plainAttrs(attrs, t.p.cfg.AttributeCountLimit) {
+	if !plainAttrs(attrs, t.p.cfg.AttributeCountLimit) {
 		// The SDK's attribute rules need a copy; rare enough to take the
-		// span path.
+		// span's way.
 		s := &span{tracer: t, export: true}
-		s.spanFields = f
 		s.attrs = s.attrsInline[:0]
-		s.setAttributesLocked(result.Attributes)
 		s.setAttributesLocked(attrs)
 		f.attrs, f.droppedAttrs = s.attrs, s.droppedAttrs
 	}
 	t.record(&f)
-	return sc
 }
 
 // plainAttrs reports whether attrs are valid, distinct and within limit,

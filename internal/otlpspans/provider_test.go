@@ -320,10 +320,10 @@ func TestProviderSamplesAsTheSDK(t *testing.T) {
 	}
 }
 
-// TestRecordSpanMatchesStart: RecordSpan records what Start, SetAttributes
-// and End with timestamps record through the SDK, for the default sampler
-// (decided inline) and another one (asked), with plain attributes and with
-// ones the SDK's rules rewrite.
+// TestRecordSpanMatchesStart: NewSpanContext and RecordSpan record what
+// Start, SetAttributes and End with timestamps record through the SDK, for
+// the default sampler (decided inline) and another one (asked), with plain
+// attributes and with ones the SDK's rules rewrite.
 func TestRecordSpanMatchesStart(t *testing.T) {
 	ts, _ := trace.ParseTraceState("vendor=abc")
 	remote := trace.NewSpanContext(trace.SpanContextConfig{
@@ -359,16 +359,15 @@ func TestRecordSpanMatchesStart(t *testing.T) {
 		sdk := sdktrace.NewTracerProvider(sdkOpts...)
 		col := newCollector(t)
 		p := newTestProvider(t, col, ProviderConfig{Sampler: sampler, Resource: res})
-		ours := p.Tracer("core").(interface {
-			RecordSpan(trace.SpanContext, string, trace.SpanKind, time.Time, time.Time, []attribute.KeyValue) trace.SpanContext
-		})
+		ours := p.Tracer("core").(*tracer)
 		for i, c := range calls {
 			start, end := at.Add(time.Duration(i)*time.Second), at.Add(time.Duration(i)*time.Second+time.Millisecond)
 			_, s := sdk.Tracer("core").Start(trace.ContextWithSpanContext(context.Background(), c.parent), c.name,
 				trace.WithTimestamp(start), trace.WithSpanKind(c.kind))
 			s.SetAttributes(c.attrs...)
 			s.End(trace.WithTimestamp(end))
-			sc := ours.RecordSpan(c.parent, c.name, c.kind, start, end, c.attrs)
+			sc := ours.NewSpanContext(c.parent, c.name, c.kind)
+			ours.RecordSpan(sc, c.parent, c.name, c.kind, start, end, c.attrs)
 			if sc.IsSampled() != s.SpanContext().IsSampled() || sc.TraceState().String() != s.SpanContext().TraceState().String() ||
 				(c.parent.IsValid() && sc.TraceID() != c.parent.TraceID()) || !sc.SpanID().IsValid() {
 				t.Errorf("call %d: RecordSpan gave %v, the SDK %v", i, sc, s.SpanContext())
