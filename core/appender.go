@@ -41,12 +41,43 @@ type request struct {
 // submit hands r to the appender and waits until it is durable.
 func (b *Broker) submit(ctx context.Context, r *request) error {
 	r.done = make(chan error, 1)
+	if b.commitAlone(r) {
+		return <-r.done
+	}
 	if err := b.enqueue(ctx, r); err != nil {
 		return err
 	}
 	// Once queued, the request is applied whatever the caller does; waiting
 	// for it keeps the reply truthful.
 	return <-r.done
+}
+
+// commitAlone commits a send on the caller's goroutine when nothing is
+// queued and no commit is running: a lone send then skips the two
+// goroutine handoffs to the appender and back (~30 µs of its latency on a
+// 2-core VM, where waking a parked goroutine is a futex and a reschedule).
+// Under load the queue is rarely empty, so sends still share commits. It
+// reports false, having done nothing, when r must go through the queue.
+func (b *Broker) commitAlone(r *request) bool {
+	if !r.isSend() || len(b.requests) > 0 || !b.closeMu.TryRLock() {
+		return false
+	}
+	defer b.closeMu.RUnlock()
+	if b.closed.Load() || !b.commitMu.TryLock() {
+		return false
+	}
+	defer b.commitMu.Unlock()
+	if len(b.requests) > 0 {
+		return false // others queued first: join them
+	}
+	b.commit([]*request{r})
+	return true
+}
+
+// isSend reports whether r stores messages (a send, or delayed messages
+// coming due).
+func (r *request) isSend() bool {
+	return r.kind == reqAppend && len(r.msgs) > 0 && r.topic != nil
 }
 
 // enqueue hands r to the appender, or fails with ErrClosed once Close has
@@ -58,7 +89,7 @@ func (b *Broker) enqueue(ctx context.Context, r *request) error {
 	if b.closed.Load() {
 		return ErrClosed
 	}
-	if r.kind == reqAppend && len(r.msgs) > 0 && r.topic != nil {
+	if r.isSend() {
 		// Sends are refused rather than queued without bound: the producer
 		// backs off (429 with Retry-After) instead of the broker's memory
 		// growing. One request alone is always let through.
@@ -123,7 +154,9 @@ func (b *Broker) appendLoop() {
 				}
 			}
 		}
+		b.commitMu.Lock()
 		b.commit(pending)
+		b.commitMu.Unlock()
 		clear(pending)
 	}
 }
@@ -146,9 +179,11 @@ func (b *Broker) drainOnClose() {
 		if len(batch) == 0 {
 			return
 		}
+		b.commitMu.Lock()
 		for _, r := range batch {
 			b.commit([]*request{r})
 		}
+		b.commitMu.Unlock()
 	}
 }
 
@@ -184,7 +219,7 @@ func (b *Broker) commit(reqs []*request) {
 				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, b.topicName(r.topic))
 				continue
 			}
-			if spaceErr != nil && r.queued > 0 {
+			if spaceErr != nil && r.isSend() {
 				errs[i] = spaceErr // delayed messages coming due wait too: the timer loop tries again
 				continue
 			}

@@ -136,7 +136,11 @@ type Broker struct {
 
 	subsByID map[uint32]*subscription // under mu
 
-	// appender-owned
+	// commitMu is held by whoever runs commit: the appender, or a lone
+	// send committing itself (commitAlone). The fields below are theirs.
+	commitMu sync.Mutex
+
+	// appender-owned (under commitMu)
 	diskFull   bool
 	nextSeq    uint64
 	lastMs     int64
