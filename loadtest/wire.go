@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/valyala/fastjson"
 )
 
 // The wire format of openapi.yaml, as much of it as the load needs.
@@ -85,6 +87,60 @@ type pulledMessage struct {
 
 type pullResult struct {
 	Messages []pulledMessage `json:"messages"`
+}
+
+// Pull replies are read with fastjson, which finds a string's end with a
+// byte search where json v2 checks every byte: the 1 KiB bodies the load
+// does not look at cost json v2 ~2 µs per message, a fifth of the CPU of a
+// pull phase, taken from the broker on the same cores. The whole reply is
+// still parsed and checked.
+var (
+	pullParsers fastjson.ParserPool
+	pullBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+)
+
+func decodePull(body io.Reader, out *pullResult) error {
+	buf := pullBuffers.Get().(*bytes.Buffer)
+	defer pullBuffers.Put(buf)
+	buf.Reset()
+	if _, err := buf.ReadFrom(body); err != nil {
+		return err
+	}
+	p := pullParsers.Get()
+	defer pullParsers.Put(p)
+	v, err := p.ParseBytes(buf.Bytes())
+	if err != nil {
+		return err
+	}
+	list := v.Get("messages")
+	if list == nil {
+		return errors.New("no messages field")
+	}
+	msgs, err := list.Array()
+	if err != nil {
+		return fmt.Errorf("messages: %w", err)
+	}
+	out.Messages = make([]pulledMessage, len(msgs))
+	for i, m := range msgs {
+		pm := &out.Messages[i]
+		attempt, handle := m.Get("deliveryAttempt"), m.Get("receiptHandle")
+		if attempt == nil || handle == nil {
+			return fmt.Errorf("message %d: no deliveryAttempt or receiptHandle", i)
+		}
+		if pm.DeliveryAttempt, err = attempt.Int(); err != nil {
+			return fmt.Errorf("deliveryAttempt: %w", err)
+		}
+		h, err := handle.StringBytes()
+		if err != nil {
+			return fmt.Errorf("receiptHandle: %w", err)
+		}
+		pm.ReceiptHandle = string(h)
+		if props := m.Get("properties"); props != nil {
+			pm.Properties.Run = string(props.GetStringBytes("loadtest.run"))
+			pm.Properties.SentAt = string(props.GetStringBytes("loadtest.sentAt"))
+		}
+	}
+	return nil
 }
 
 type ackRequest struct {
@@ -167,7 +223,9 @@ func doJSON(ctx context.Context, client *http.Client, baseURL, token, method, pa
 		}
 		return &requestError{Code: p.Code, Status: resp.StatusCode, Detail: p.Detail}
 	}
-	if out == nil {
+	if pr, ok := out.(*pullResult); ok {
+		err = decodePull(resp.Body, pr)
+	} else if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 	} else {
 		// json v2: a pull reply of 256 KiB took encoding/json ~10 µs per
