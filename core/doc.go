@@ -7,8 +7,8 @@
 // applies to one Batch and commits with a single fsync for many requests
 // (group commit). A send that finds the appender idle and nothing queued
 // commits itself, under the same lock, to spare a lone request two
-// goroutine handoffs. Offsets become visible to pulls only after the commit that
-// made them durable has returned.
+// goroutine handoffs. Offsets become visible to pulls only after the
+// commit that made them durable has returned.
 //
 // Consumer leases (who holds which message until when) are kept in memory:
 // they are ephemeral by nature, and losing them in a crash only means the

@@ -40,9 +40,13 @@
 // attribute, event, link and status rules (a differential test records the
 // same calls through both and compares the requests), and batches with the
 // OTEL_BSP_* meanings: full batches queue for one export goroutine, and a
-// span that would overflow the queue is dropped and counted. In the
-// load tester's pull + ack phase it took the broker from 19.2 to 17.7 µs
-// of CPU per message (docs/BENCHMARKS.md).
+// span that would overflow the queue is dropped and counted. Its tracers
+// also record a finished span in one call, with no span object:
+// NewSpanContext when it begins (the broker stores the context with the
+// message), RecordSpan when it is over; core uses these for every
+// lifecycle span. In the load tester's pull + ack phase the provider took
+// the broker from 19.2 to 17.7 µs of CPU per message and the one-call
+// spans to 13.4–14.7 (docs/BENCHMARKS.md, session 4).
 //
 // Only OTLP/HTTP with protobuf is covered. gRPC (and OTLP/JSON) stay on the
 // stock exporters.
