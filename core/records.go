@@ -100,11 +100,10 @@ func IndexHash(s string) uint64 {
 // base-62 sequence that grows with every id a process makes) indexes under
 // IndexNUID by its sequence number, with 4 bits of its prefix's hash on
 // top; other ids under IndexID by IndexHash. Ordered digests matter for
-// speed: the ids of a send land after the ones before them in the index,
-// so Pebble's memtable inserts them without searching (random hashes made
-// every insert search the skiplist: ~15% of a batch send of small
-// messages). Equal digests are harmless: a lookup reads each candidate
-// and compares ids.
+// speed: the ids of a send follow each other, so a store can keep them as
+// one run (pebblestore does) and Pebble's memtable inserts after the last
+// entry without searching. Equal digests are harmless: a lookup reads
+// each candidate and compares ids.
 func IDIndex(id string) (kind byte, digest uint64) {
 	seq, ok := nuidSequence(id)
 	if !ok {

@@ -44,7 +44,7 @@ type Store interface {
 // Secondary index kinds.
 const (
 	IndexID   byte = 'i' // message ids by IndexHash: ids that are not NUIDs, and every id stored before IndexNUID
-	IndexNUID byte = 'n' // message ids that are NUIDs, by their sequence (IDIndex)
+	IndexNUID byte = 'n' // message ids that are NUIDs, by their sequence (IDIndex); the store may keep them in runs
 	IndexKey  byte = 'k'
 	IndexTag  byte = 't'
 )

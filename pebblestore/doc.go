@@ -14,7 +14,8 @@
 //	L       L seq                                         message record (see record.go)
 //	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32
 //	T       T topicID queueID storedAtMs firstOffset      ∅ (sparse: one per queue per commit)
-//	I       I topicID bucket kind hash seq                ∅ (kind n=NUID message id, i=other id, k=key, t=tag; bucket = storedAt hour)
+//	I       I topicID bucket kind hash seq                ∅ (kind i=non-NUID message id, k=key, t=tag; n=NUID id, written before runs; bucket = storedAt hour)
+//	I       I topicID bucket 'r' firstDigest firstSeq     NUID id run: (digest delta, seq delta) uvarint pairs for the entries after the first
 //	H       H topicID queueID offset cursorID attempt     delivery history: consumer, deliveredAt, outcome, reason, settledAt
 //	C       C cursorID queueID                            acked watermark u64
 //	A       A cursorID queueID offset                     ∅ (an ack above the watermark)
@@ -32,12 +33,17 @@
 //     A pull reads the Q range from its cursor, filters on tagHash (and, for
 //     orderly subscriptions, keyHash) and reads bodies from L by seq.
 //   - A message id that is a NUID (every id the broker makes) is indexed
-//     under kind n by its sequence number (core.IDIndex), which grows with
-//     every id a process makes: a send's id entries land after the last
-//     ones, so the memtable inserts them without a search. Random hashes
-//     (kind i, which older data dirs use for every id and lookups still
-//     read) cost a skiplist search per insert: ~15% of a batch send of
-//     256-byte messages.
+//     by its digest (core.IDIndex: its sequence number, which grows with
+//     every id a process makes), and consecutive digests of a batch are one
+//     key, a run (kind r): the first digest and seq in the key, the rest as
+//     deltas in the value, at most 256 entries and 2^20 digest units from
+//     the first. A lookup reads the runs of each bucket whose first digest
+//     lies within 2^20 below the one it wants: that is every run that can
+//     hold it. A send of 100 messages is one id-index key: per-message
+//     keys (kind n, which data dirs of session 3 hold and lookups still
+//     read) cost a batch send ~10% of its rate in memtable inserts and
+//     compactions (docs/BENCHMARKS.md). Random hashes (kind i, older still)
+//     cost a skiplist search per insert as well.
 //   - Retention is a handful of range tombstones per topic: Q and H below
 //     the new minimum offset, T below the cut time, I below the cut bucket
 //     (time-bucket-first, so one tombstone per topic), and L below the oldest

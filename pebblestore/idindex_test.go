@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -10,10 +11,11 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-// TestMessageFoundByLegacyIDIndex: a data dir written before NUIDs were
-// indexed by their ordered digest (kind 'i', FNV hash) still finds its
-// messages by id. The message is sent through a real broker, then its
-// index entry is rewritten the old way.
+// TestMessageFoundByLegacyIDIndex: data dirs written before NUIDs were
+// indexed in runs still find their messages by id, whether they hold one
+// entry per message by the ordered digest (kind 'n') or, older still, by
+// FNV hash (kind 'i'). The message is sent through a real broker, then its
+// index entry is rewritten each old way.
 func TestMessageFoundByLegacyIDIndex(t *testing.T) {
 	s, err := Open(t.TempDir(), Options{})
 	if err != nil {
@@ -38,7 +40,7 @@ func TestMessageFoundByLegacyIDIndex(t *testing.T) {
 		t.Fatalf("message id %q is not indexed as a NUID", id)
 	}
 
-	// The entry the broker wrote: I topic bucket 'n' digest seq.
+	// The entry the broker wrote: I topic bucket 'r' digest seq (a run of one).
 	lo, hi := prefixRange([]byte{prefixSecondary})
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
@@ -51,11 +53,13 @@ func TestMessageFoundByLegacyIDIndex(t *testing.T) {
 	if err := it.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if len(entries) != 1 || entries[0][9] != core.IndexNUID {
-		t.Fatalf("id index entries %x: want one of kind %q", entries, core.IndexNUID)
+	if len(entries) != 1 || entries[0][9] != indexNUIDRun {
+		t.Fatalf("id index entries %x: want one of kind %q", entries, indexNUIDRun)
 	}
 	k := entries[0]
 	topicID, bucket, seq := be.Uint32(k[1:]), be.Uint32(k[5:]), be.Uint64(k[len(k)-8:])
+	_, digest := core.IDIndex(id)
+	perMessage := secondaryKey(nil, topicID, bucket, core.IndexNUID, digest, seq)
 	legacy := secondaryKey(nil, topicID, bucket, core.IndexID, core.IndexHash(id), seq)
 	rewrite := func(del, set []byte) {
 		t.Helper()
@@ -69,13 +73,114 @@ func TestMessageFoundByLegacyIDIndex(t *testing.T) {
 		}
 	}
 
-	rewrite(k, legacy)
+	rewrite(k, perMessage)
 	m, _, err := br.GetMessage("orders", id)
+	if err != nil || m.ID != id || string(m.Body) != "hello" {
+		t.Fatalf("GetMessage(%s) through a per-message entry: %+v, %v", id, m, err)
+	}
+	rewrite(perMessage, legacy)
+	m, _, err = br.GetMessage("orders", id)
 	if err != nil || m.ID != id || string(m.Body) != "hello" {
 		t.Fatalf("GetMessage(%s) through the legacy entry: %+v, %v", id, m, err)
 	}
 	rewrite(legacy, nil)
 	if _, _, err := br.GetMessage("orders", id); !errors.Is(err, core.ErrMessageNotFound) {
 		t.Fatalf("GetMessage(%s) with no index entry: %v, want not found", id, err)
+	}
+}
+
+// TestNUIDRunsFindEveryID appends NUID-indexed messages the ways a broker
+// does (sends whose ids interleave with other sends', several sends in one
+// commit, delayed messages coming due long after their neighbours, a
+// prefix change, sends longer than a run, several buckets) and checks that
+// ScanIndex finds each digest's seq and nothing else, and far fewer keys
+// than messages.
+func TestNUIDRunsFindEveryID(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const topicID = 7
+	type entry struct {
+		digest, seq uint64
+		bucket      uint32
+	}
+	var all []entry
+	seq := uint64(1000)
+	commit := func(entries ...[]entry) {
+		t.Helper()
+		b := s.NewBatch().(*batch)
+		for _, send := range entries {
+			for _, e := range send {
+				seq++
+				e.seq = seq
+				b.addToRun(topicID, e.bucket, e.digest, e.seq)
+				all = append(all, e)
+			}
+		}
+		if err := b.Commit(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func(bucket uint32, from uint64, step uint64, n int) []entry {
+		out := make([]entry, n)
+		for i := range out {
+			out[i] = entry{digest: from + uint64(i)*step, bucket: bucket}
+		}
+		return out
+	}
+	const prefixA, prefixB = uint64(3) << 60, uint64(9) << 60
+	// Two producers' sends drawing from one generator: interleaved digests.
+	commit(ids(5, prefixA+100, 66, 100), ids(5, prefixA+133, 66, 100))
+	// A send longer than a run, and one whose span exceeds maxRunSpan.
+	commit(ids(5, prefixA+1_000_000, 33, 600))
+	commit(ids(5, prefixA+3_000_000, 333, 4000))
+	// Delayed messages coming due: digests from inside earlier runs.
+	commit([]entry{{digest: prefixA + 100 + 66*50 + 1, bucket: 5}, {digest: prefixA + 1_000_000 + 17, bucket: 5}})
+	// Another process's prefix, another bucket, the same digests again.
+	commit(ids(6, prefixB+100, 66, 50), ids(6, prefixA+100, 66, 10))
+
+	for _, e := range all {
+		var got []uint64
+		err := s.ScanIndex(topicID, core.IndexNUID, e.digest, 5, 6, 0, 0, func(bucket uint32, seq uint64) bool {
+			if bucket == e.bucket {
+				got = append(got, seq)
+			}
+			return true
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []uint64
+		for _, o := range all {
+			if o.digest == e.digest && o.bucket == e.bucket {
+				want = append(want, o.seq)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("digest %x in bucket %d: seqs %v, want %v", e.digest, e.bucket, got, want)
+		}
+	}
+	var nothing int
+	_ = s.ScanIndex(topicID, core.IndexNUID, prefixA+101, 5, 6, 0, 0, func(uint32, uint64) bool { nothing++; return true })
+	if nothing != 0 {
+		t.Fatalf("a digest never indexed found %d seqs", nothing)
+	}
+
+	lo, hi := prefixRange([]byte{prefixSecondary})
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for it.First(); it.Valid(); it.Next() {
+		keys++
+	}
+	if err := it.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if keys*20 > len(all) {
+		t.Fatalf("%d index keys for %d messages: runs are not forming", keys, len(all))
 	}
 }

@@ -1,8 +1,10 @@
 package pebblestore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -299,6 +301,9 @@ func (s *Store) loadParked(snap *core.Snapshot) error {
 }
 
 func (s *Store) ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, toBucket, afterBucket uint32, afterSeq uint64, fn func(uint32, uint64) bool) error {
+	if kind == core.IndexNUID {
+		return s.scanNUIDIndex(topicID, hash, fromBucket, toBucket, afterBucket, afterSeq, fn)
+	}
 	return s.read(func() error {
 		var lo, hi []byte
 		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
@@ -422,4 +427,82 @@ func (s *Store) loadLastIDs(snap *core.Snapshot) error {
 	}
 	snap.LastTopicID, snap.LastSubID = be.Uint32(v), be.Uint32(v[4:])
 	return nil
+}
+
+// scanNUIDIndex is ScanIndex for NUID digests, which are stored in runs
+// (see idRun): a run holding digest starts at most maxRunSpan below it, so
+// the runs of a bucket whose first digest lies in [digest-maxRunSpan,
+// digest] are all there is to read. Data dirs written before runs hold one
+// entry per message under kind IndexNUID, read as well.
+func (s *Store) scanNUIDIndex(topicID uint32, digest uint64, fromBucket, toBucket, afterBucket uint32, afterSeq uint64, fn func(uint32, uint64) bool) error {
+	return s.read(func() error {
+		var lo, hi []byte
+		var seqs []uint64
+		collect := func(lo, hi []byte, each func(k, v []byte) error) error {
+			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+			if err != nil {
+				return err
+			}
+			for it.First(); it.Valid(); it.Next() {
+				if err := each(it.Key(), it.Value()); err != nil {
+					return errors.Join(err, it.Close())
+				}
+			}
+			return errors.Join(it.Error(), it.Close())
+		}
+		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
+			seqs = seqs[:0]
+			lo = secondaryKey(lo, topicID, bucket, indexNUIDRun, digest-min(digest, maxRunSpan), 0)
+			if digest == ^uint64(0) {
+				_, hi = prefixRange(lo[:10])
+			} else {
+				hi = secondaryKey(hi, topicID, bucket, indexNUIDRun, digest+1, 0)
+			}
+			err := collect(lo, hi, func(k, v []byte) error {
+				d, seq := be.Uint64(k[len(k)-16:]), be.Uint64(k[len(k)-8:])
+				for {
+					if d == digest {
+						seqs = append(seqs, seq)
+					}
+					if len(v) == 0 || d > digest {
+						return nil
+					}
+					dd, n := binary.Uvarint(v)
+					if n <= 0 {
+						return fmt.Errorf("pebblestore: id index run %x: bad value", k)
+					}
+					ds, m := binary.Uvarint(v[n:])
+					if m <= 0 {
+						return fmt.Errorf("pebblestore: id index run %x: bad value", k)
+					}
+					d, seq, v = d+dd, seq+ds, v[n+m:]
+				}
+			})
+			if err != nil {
+				return err
+			}
+			lo = secondaryKey(lo, topicID, bucket, core.IndexNUID, digest, 0)
+			_, hi = prefixRange(lo[:len(lo)-8])
+			err = collect(lo, hi, func(k, _ []byte) error {
+				seqs = append(seqs, be.Uint64(k[len(k)-8:]))
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			slices.Sort(seqs)
+			for i, seq := range seqs {
+				if (i > 0 && seq == seqs[i-1]) || (afterBucket > 0 && bucket == afterBucket && seq <= afterSeq) {
+					continue
+				}
+				if !fn(bucket, seq) {
+					return nil
+				}
+			}
+			if bucket == ^uint32(0) {
+				break
+			}
+		}
+		return nil
+	})
 }
