@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tidemq/tidemq/core"
@@ -98,8 +97,14 @@ func Open(dir string, opts Options) (*Store, error) {
 			quietLogger{opts.Logger}.logger().Warn("pebble write stall", "reason", info.Reason)
 		},
 	}
+	// No bloom filters: they only spare point reads of keys that are not
+	// there, and the store's point reads (a record by seq, a parked record
+	// by id, metadata at open) find what they look for; pulls, queries and
+	// retention use bounded iterators, which filters do not serve. Building
+	// them hashed every key at every flush and compaction: without them a
+	// batch send went from 155k to 166k msg/s (three A/B pairs,
+	// docs/BENCHMARKS.md).
 	for i := range po.Levels {
-		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 		// Blob files take their block size from the level's (flushes write
 		// them at L0). At Pebble's 4 KiB a pull of 256 KiB of bodies read
 		// 64 blocks, each a pread, a cgo allocation in the block cache and a
