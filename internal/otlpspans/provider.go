@@ -409,18 +409,14 @@ func (t *tracer) RecordSpan(sc, parent trace.SpanContext, name string, kind trac
 	}
 	f := spanFields{sc: sc, parent: parent, name: name, kind: trace.ValidateSpanKind(kind), start: start, end: end, attrs: attrs}
 	if !plainAttrs(attrs, t.p.cfg.AttributeCountLimit) {
-		// The SDK's attribute rules need a copy; rare enough to take the
-		// span's way.
-		s := &span{tracer: t, export: true}
-		s.attrs = s.attrsInline[:0]
-		s.setAttributesLocked(attrs)
-		f.attrs, f.droppedAttrs = s.attrs, s.droppedAttrs
+		f.attrs, f.droppedAttrs = appendAttrs(nil, attrs, t.p.cfg.AttributeCountLimit)
 	}
 	t.record(&f)
 }
 
-// plainAttrs reports whether attrs are valid, distinct and within limit,
-// so that the SDK's rules would keep them as they are.
+// plainAttrs reports whether appendAttrs(nil, attrs, limit) would keep
+// attrs as they are (all valid, distinct and within limit), so that
+// RecordSpan can encode the caller's slice without a copy.
 func plainAttrs(attrs []attribute.KeyValue, limit int) bool {
 	if limit >= 0 && len(attrs) > limit {
 		return false
@@ -532,29 +528,37 @@ func (s *span) SetAttributes(attrs ...attribute.KeyValue) {
 	}
 }
 
-// setAttributesLocked keeps the SDK's rules: invalid attributes are
-// dropped, a repeated key takes the new value in the old place, and past
-// the limit new keys are dropped and counted.
 func (s *span) setAttributesLocked(attrs []attribute.KeyValue) {
-	limit := s.tracer.p.cfg.AttributeCountLimit
+	var dropped int
+	s.attrs, dropped = appendAttrs(s.attrs, attrs, s.tracer.p.cfg.AttributeCountLimit)
+	s.droppedAttrs += dropped
+}
+
+// appendAttrs adds attrs to dst by the SDK's rules: invalid attributes are
+// dropped, a repeated key takes the new value in the old place, and past
+// limit (negative: none) new keys are dropped. It returns dst and how many
+// it dropped.
+func appendAttrs(dst, attrs []attribute.KeyValue, limit int) ([]attribute.KeyValue, int) {
+	dropped := 0
 next:
 	for _, a := range attrs {
 		if !a.Valid() {
-			s.droppedAttrs++
+			dropped++
 			continue
 		}
-		for i := range s.attrs {
-			if s.attrs[i].Key == a.Key {
-				s.attrs[i] = a
+		for i := range dst {
+			if dst[i].Key == a.Key {
+				dst[i] = a
 				continue next
 			}
 		}
-		if limit >= 0 && len(s.attrs) >= limit {
-			s.droppedAttrs++
+		if limit >= 0 && len(dst) >= limit {
+			dropped++
 			continue
 		}
-		s.attrs = append(s.attrs, a)
+		dst = append(dst, a)
 	}
+	return dst, dropped
 }
 
 func (s *span) AddEvent(name string, opts ...trace.EventOption) {
