@@ -306,7 +306,7 @@ func (s *Store) ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, to
 	}
 	return s.read(func() error {
 		var lo, hi []byte
-		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
+		return eachBucket(fromBucket, toBucket, afterBucket, func(bucket uint32) (bool, error) {
 			lo = secondaryKey(lo, topicID, bucket, kind, hash, 0)
 			// Buckets are hours since 1970, so 0 means "no cursor" and a
 			// cursor after seq 0 is still a cursor.
@@ -314,25 +314,42 @@ func (s *Store) ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, to
 				lo = secondaryKey(lo, topicID, bucket, kind, hash, afterSeq+1)
 			}
 			_, hi = prefixRange(lo[:len(lo)-8])
-			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-			if err != nil {
-				return err
-			}
-			for it.First(); it.Valid(); it.Next() {
-				k := it.Key()
-				if !fn(bucket, be.Uint64(k[len(k)-8:])) {
-					return errors.Join(it.Error(), it.Close())
-				}
-			}
-			if err := errors.Join(it.Error(), it.Close()); err != nil {
-				return err
-			}
-			if bucket == ^uint32(0) {
-				break
-			}
-		}
-		return nil
+			more := true
+			err := s.walk(lo, hi, func(k, _ []byte) (bool, error) {
+				more = fn(bucket, be.Uint64(k[len(k)-8:]))
+				return more, nil
+			})
+			return more, err
+		})
 	})
+}
+
+// eachBucket calls fn for the index buckets from max(from, after) to to,
+// while it says to go on.
+func eachBucket(from, to, after uint32, fn func(bucket uint32) (bool, error)) error {
+	for bucket := max(from, after); bucket <= to; bucket++ {
+		if more, err := fn(bucket); !more || err != nil {
+			return err
+		}
+		if bucket == ^uint32(0) {
+			break
+		}
+	}
+	return nil
+}
+
+// walk calls fn for the keys in [lo, hi), in order, while it says to go on.
+func (s *Store) walk(lo, hi []byte, fn func(k, v []byte) (bool, error)) error {
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		if more, err := fn(it.Key(), it.Value()); !more || err != nil {
+			return errors.Join(err, it.Close())
+		}
+	}
+	return errors.Join(it.Error(), it.Close())
 }
 
 func (s *Store) ScanHistory(topicID, queueID uint32, offset uint64, fn func(*core.HistoryRecord) bool) error {
@@ -438,19 +455,7 @@ func (s *Store) scanNUIDIndex(topicID uint32, digest uint64, fromBucket, toBucke
 	return s.read(func() error {
 		var lo, hi []byte
 		var seqs []uint64
-		collect := func(lo, hi []byte, each func(k, v []byte) error) error {
-			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-			if err != nil {
-				return err
-			}
-			for it.First(); it.Valid(); it.Next() {
-				if err := each(it.Key(), it.Value()); err != nil {
-					return errors.Join(err, it.Close())
-				}
-			}
-			return errors.Join(it.Error(), it.Close())
-		}
-		for bucket := max(fromBucket, afterBucket); bucket <= toBucket; bucket++ {
+		return eachBucket(fromBucket, toBucket, afterBucket, func(bucket uint32) (bool, error) {
 			seqs = seqs[:0]
 			lo = secondaryKey(lo, topicID, bucket, indexNUIDRun, digest-min(digest, maxRunSpan), 0)
 			if digest == ^uint64(0) {
@@ -458,37 +463,22 @@ func (s *Store) scanNUIDIndex(topicID uint32, digest uint64, fromBucket, toBucke
 			} else {
 				hi = secondaryKey(hi, topicID, bucket, indexNUIDRun, digest+1, 0)
 			}
-			err := collect(lo, hi, func(k, v []byte) error {
-				d, seq := be.Uint64(k[len(k)-16:]), be.Uint64(k[len(k)-8:])
-				for {
-					if d == digest {
-						seqs = append(seqs, seq)
-					}
-					if len(v) == 0 || d > digest {
-						return nil
-					}
-					dd, n := binary.Uvarint(v)
-					if n <= 0 {
-						return fmt.Errorf("pebblestore: id index run %x: bad value", k)
-					}
-					ds, m := binary.Uvarint(v[n:])
-					if m <= 0 {
-						return fmt.Errorf("pebblestore: id index run %x: bad value", k)
-					}
-					d, seq, v = d+dd, seq+ds, v[n+m:]
-				}
+			err := s.walk(lo, hi, func(k, v []byte) (bool, error) {
+				var err error
+				seqs, err = appendRunSeqs(seqs, k, v, digest)
+				return true, err
 			})
 			if err != nil {
-				return err
+				return false, err
 			}
 			lo = secondaryKey(lo, topicID, bucket, core.IndexNUID, digest, 0)
 			_, hi = prefixRange(lo[:len(lo)-8])
-			err = collect(lo, hi, func(k, _ []byte) error {
+			err = s.walk(lo, hi, func(k, _ []byte) (bool, error) {
 				seqs = append(seqs, be.Uint64(k[len(k)-8:]))
-				return nil
+				return true, nil
 			})
 			if err != nil {
-				return err
+				return false, err
 			}
 			slices.Sort(seqs)
 			for i, seq := range seqs {
@@ -496,13 +486,33 @@ func (s *Store) scanNUIDIndex(topicID uint32, digest uint64, fromBucket, toBucke
 					continue
 				}
 				if !fn(bucket, seq) {
-					return nil
+					return false, nil
 				}
 			}
-			if bucket == ^uint32(0) {
-				break
-			}
-		}
-		return nil
+			return true, nil
+		})
 	})
+}
+
+// appendRunSeqs appends the seqs that the run of key k and value v indexes
+// under digest.
+func appendRunSeqs(seqs []uint64, k, v []byte, digest uint64) ([]uint64, error) {
+	d, seq := be.Uint64(k[len(k)-16:]), be.Uint64(k[len(k)-8:])
+	for {
+		if d == digest {
+			seqs = append(seqs, seq)
+		}
+		if len(v) == 0 || d > digest {
+			return seqs, nil
+		}
+		dd, n := binary.Uvarint(v)
+		if n <= 0 {
+			return seqs, fmt.Errorf("pebblestore: id index run %x: bad value", k)
+		}
+		ds, m := binary.Uvarint(v[n:])
+		if m <= 0 {
+			return seqs, fmt.Errorf("pebblestore: id index run %x: bad value", k)
+		}
+		d, seq, v = d+dd, seq+ds, v[n+m:]
+	}
 }
