@@ -31,7 +31,8 @@ type batch struct {
 	index    []byte    // the entries' bytes
 	indexKVs []indexKV // where each entry's key and value are in index
 
-	run idRun // the NUID id-index run being built
+	run       idRun                   // the NUID id-index run being built
+	queueRuns map[[2]uint32]*queueRun // the queue-index run of each queue appended to
 }
 
 // idRun is consecutive NUID index entries of a batch kept as one key (kind
@@ -122,6 +123,9 @@ func (b *batch) deleteRange(lo, hi []byte) {
 // set twice keeps its last value.
 func (b *batch) flushIndex() {
 	b.closeRun()
+	for qk, r := range b.queueRuns {
+		b.closeQueueRun(qk, r)
+	}
 	if len(b.indexKVs) == 0 {
 		return
 	}
@@ -163,9 +167,13 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 		}
 		defer it.Close()
 		for it.First(); it.Valid(); it.Next() {
-			if v := it.Value(); len(v) == indexValueLen {
-				b.key = logKey(b.key, be.Uint64(v))
+			_, err := eachQueueEntry(it.Key(), it.Value(), 0, func(e core.IndexEntry) bool {
+				b.key = logKey(b.key, e.Seq)
 				_ = b.b.Delete(b.key, nil)
+				return true
+			})
+			if err != nil {
+				return fmt.Errorf("key %x: %w", it.Key(), err)
 			}
 		}
 		return it.Error()
@@ -197,9 +205,7 @@ func (b *batch) Append(m *core.Message) {
 	b.val = encodeRecord(b.val[:0], m)
 	b.key = logKey(b.key, m.Seq)
 	_ = b.b.Set(b.key, b.val, nil)
-	b.key = queueKey(b.key, m.TopicID, m.QueueID, m.Offset)
-	b.val = appendIndexValue(b.val[:0], m.Seq, m.StoredAtMs, core.TagHash(m.Tag), uint32(len(m.Body)), core.ShardingHash(m.ShardingKey))
-	b.deferIndex(b.key, b.val)
+	b.addToQueueRun(m)
 	bucket := core.IndexBucket(m.StoredAtMs)
 	if kind, digest := core.IDIndex(m.ID); kind == core.IndexNUID {
 		b.addToRun(m.TopicID, bucket, digest, m.Seq)

@@ -12,7 +12,8 @@
 //	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
-//	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32
+//	Q       Q topicID queueID firstOffset 'r'             queue-index run: per offset from firstOffset, uvarint seq delta, varint storedAtMs delta, uvarint size, tagHash, keyHash
+//	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32 (one per offset, written by earlier versions)
 //	T       T topicID queueID storedAtMs firstOffset      ∅ (sparse: one per queue per commit)
 //	I       I topicID bucket kind hash seq                ∅ (kind i=non-NUID message id, k=key, t=tag; n=NUID id, written before runs; bucket = storedAt hour)
 //	I       I topicID bucket 'r' firstDigest firstSeq     NUID id run: (digest delta, seq delta) uvarint pairs for the entries after the first
@@ -28,10 +29,16 @@
 // Why this shape:
 //
 //   - The commit log L is keyed by a broker-wide seq assigned in commit
-//     order, so Pebble receives keys in order and moves files down instead of
-//     rewriting them; queues keep only a 28-byte index row per message (Q).
-//     A pull reads the Q range from its cursor, filters on tagHash (and, for
-//     orderly subscriptions, keyHash) and reads bodies from L by seq.
+//     order; queues keep only an index entry per message (Q), a few bytes
+//     in a run: a batch's entries for consecutive offsets of one queue are
+//     one key (at most 256), so a send of 100 messages over 8 queues
+//     writes 8 queue-index keys. A pull reads the Q range from the last key
+//     at or below its cursor (the run holding it), filters on tagHash (and,
+//     for orderly subscriptions, keyHash) and reads bodies from L by seq.
+//     Retention's cut rewrites the run it falls inside as the run of its
+//     remaining entries, keyed at the cut, so a queue's first key is its
+//     first retained offset. Per-offset keys (17 bytes, written by earlier
+//     versions) are read alongside runs.
 //   - A message id that is a NUID (every id the broker makes) is indexed
 //     by its digest (core.IDIndex: its sequence number, which grows with
 //     every id a process makes), and consecutive digests of a batch are one

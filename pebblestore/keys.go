@@ -37,8 +37,9 @@ func logKey(dst []byte, seq uint64) []byte {
 	return be.AppendUint64(dst, seq)
 }
 
-// queueKey is Q topic queue offset; with offset omitted by queuePrefix it
-// bounds one queue or (with queue omitted) one topic.
+// queueKey is Q topic queue offset: the per-offset queue-index key of
+// earlier data dirs, and the bound of scans (a run's key, queueRunKey, is
+// one byte longer and sorts right after it).
 func queueKey(dst []byte, topicID, queueID uint32, offset uint64) []byte {
 	dst = append(dst[:0], prefixQueue)
 	dst = be.AppendUint32(dst, topicID)
@@ -98,16 +99,9 @@ func id32Prefix(prefix byte, id uint32) []byte {
 	return be.AppendUint32(k, id)
 }
 
-// index values: seq, storedAtMs, tagHash, size, keyHash (28 bytes).
+// indexValueLen is the value length of a per-offset queue-index key of
+// earlier data dirs: seq u64, storedAtMs u64, tagHash, size, keyHash u32.
 const indexValueLen = 28
-
-func appendIndexValue(dst []byte, seq uint64, storedAtMs int64, tagHash, size, keyHash uint32) []byte {
-	dst = be.AppendUint64(dst[:0], seq)
-	dst = be.AppendUint64(dst, uint64(storedAtMs))
-	dst = be.AppendUint32(dst, tagHash)
-	dst = be.AppendUint32(dst, size)
-	return be.AppendUint32(dst, keyHash)
-}
 
 // secondaryKey is I topicID bucket kind hash seq: buckets first, so that
 // retention drops a topic's old buckets with one range tombstone.

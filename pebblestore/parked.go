@@ -162,7 +162,11 @@ func (b *batch) PutDedup(r *core.DedupRecord) {
 func (b *batch) DeleteDedup(topicID uint32, key string) { _ = b.b.Delete(dedupKey(topicID, key), nil) }
 
 func (b *batch) CutQueue(topicID, queueID uint32, offset uint64, timeMs int64) {
+	keptKey, keptVal := b.keepRunAbove(topicID, queueID, offset)
 	b.deleteRange(queueKey(nil, topicID, queueID, 0), queueKey(nil, topicID, queueID, offset))
+	if keptKey != nil {
+		_ = b.b.Set(keptKey, keptVal, nil)
+	}
 	b.deleteRange(historyKey(topicID, queueID, 0, 0, 0), historyKey(topicID, queueID, offset, 0, 0))
 	b.deleteRange(timeKey(nil, topicID, queueID, 0, 0), timeKey(nil, topicID, queueID, timeMs, 0))
 }

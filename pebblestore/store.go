@@ -398,31 +398,10 @@ func (s *Store) ScanQueue(topicID, queueID uint32, from, to uint64, fn func(core
 		return nil
 	}
 	return s.read(func() error {
-		lo := queueKey(nil, topicID, queueID, from)
-		hi := queueKey(nil, topicID, queueID, to)
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-		if err != nil {
+		if err := s.scanQueueIndex(topicID, queueID, from, to, fn); err != nil {
 			return fmt.Errorf("pebblestore: scan %d/%d: %w", topicID, queueID, err)
 		}
-		defer it.Close()
-		for it.First(); it.Valid(); it.Next() {
-			k, v := it.Key(), it.Value()
-			if len(k) != 17 || len(v) != indexValueLen {
-				return fmt.Errorf("pebblestore: scan %d/%d: %w", topicID, queueID, errCorrupt)
-			}
-			e := core.IndexEntry{
-				Offset:     be.Uint64(k[9:]),
-				Seq:        be.Uint64(v),
-				StoredAtMs: int64(be.Uint64(v[8:])),
-				TagHash:    be.Uint32(v[16:]),
-				Size:       be.Uint32(v[20:]),
-				KeyHash:    be.Uint32(v[24:]),
-			}
-			if !fn(e) {
-				break
-			}
-		}
-		return it.Error()
+		return nil
 	})
 }
 
