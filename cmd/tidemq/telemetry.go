@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -20,6 +19,7 @@ import (
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/tidemq/tidemq/internal/otlpspans"
+	"github.com/tidemq/tidemq/internal/promexport"
 )
 
 // telemetry is what the binary exports: spans over OTLP when the standard
@@ -82,11 +82,11 @@ func setupTelemetry(ctx context.Context, getenv func(string) string) (*telemetry
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	exporter, err := promexporter.New(promexporter.WithRegisterer(reg))
+	mp, err := promexport.MeterProvider(getenv, reg, res)
 	if err != nil {
-		return nil, fmt.Errorf("prometheus exporter: %w", err)
+		return nil, err
 	}
-	t.meterProvider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithResource(res))
+	t.meterProvider = mp
 	t.shutdown = append(t.shutdown, t.meterProvider.Shutdown)
 	t.metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	return t, nil

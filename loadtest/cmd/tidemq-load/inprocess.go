@@ -13,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
@@ -22,6 +21,7 @@ import (
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/internal/otlpspans"
+	"github.com/tidemq/tidemq/internal/promexport"
 	"github.com/tidemq/tidemq/pebblestore"
 )
 
@@ -107,12 +107,11 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 		}
 		closers = append(closers, store.Close)
 		reg := prometheus.NewRegistry()
-		var exporter *promexporter.Exporter
-		exporter, err = promexporter.New(promexporter.WithRegisterer(reg))
+		var mp *sdkmetric.MeterProvider
+		mp, err = promexport.MeterProvider(os.Getenv, reg, nil)
 		if err != nil {
 			return
 		}
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 		closers = append(closers, func() error { return mp.Shutdown(context.Background()) })
 		var tp trace.TracerProvider = tracenoop.NewTracerProvider()
 		if tracesEndpoint != "" {
