@@ -9,8 +9,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // Limits of SPEC §2.
@@ -121,9 +119,8 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	for _, m := range msgs {
 		bytes += int64(len(m.Body))
 	}
-	topicAttr := metric.WithAttributes(attribute.String("topic", topicName))
-	b.tel.msgsIn.Add(ctx, int64(len(msgs)), topicAttr)
-	b.tel.bytesIn.Add(ctx, bytes, topicAttr)
+	b.tel.msgsIn.Add(ctx, int64(len(msgs)), t.metricAttrs)
+	b.tel.bytesIn.Add(ctx, bytes, t.metricAttrs)
 	return req.results, nil
 }
 
