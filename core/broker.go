@@ -133,7 +133,10 @@ type Broker struct {
 	stopPolling sync.Once
 	closing     chan struct{}
 	closed      atomic.Bool
-	wg          sync.WaitGroup
+	// lingering is set while the appender waits for a group to gather
+	// (lingerForGroup): a send then joins it instead of committing alone.
+	lingering atomic.Bool
+	wg        sync.WaitGroup
 
 	subsByID map[uint32]*subscription // under mu
 
