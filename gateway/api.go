@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"encoding/base64"
+	"encoding/binary"
 	"slices"
 	"strconv"
 	"time"
@@ -281,6 +282,32 @@ func PulledMessageJSON(d core.Delivered) ([]byte, error) {
 	return appendPulled(nil, d), nil
 }
 
+// jsonPlain reports whether b goes into a JSON string as it is: ASCII
+// with no control character, quote or backslash. Most bodies are (JSON
+// text, identifiers, base64 made by clients), and copying them beat
+// jsontext.AppendQuote's byte-by-byte check and escape (~1 µs per 1 KiB
+// body, a tenth of a pull's CPU). Eight bytes at a time: a word has such a
+// byte iff it has a high bit set, a byte below 0x20, or a zero byte after
+// XOR with '"' or '\\' repeated (the has-less and has-zero bit tricks are
+// exact about whether any byte qualifies, not about which).
+func jsonPlain(b []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	hasZero := func(x uint64) uint64 { return (x - ones) & ^x & highs }
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		if (x|((x-ones*0x20) & ^x)|hasZero(x^(ones*'"'))|hasZero(x^(ones*'\\')))&highs != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
 // appendPulled writes a delivered message as encoding/json wrote messageJSON (fields in the
 // same order, empty ones left out the same way, property names sorted) but
 // without reflection or a string copy of the body: a pull of 256 1 KiB
@@ -299,11 +326,16 @@ func appendPulled(dst []byte, d core.Delivered) []byte {
 	dst = append(dst, `,"offset":`...)
 	dst = strconv.AppendUint(dst, m.Offset, 10)
 	dst = append(dst, `,"body":`...)
-	if m.BodyBase64 || !utf8.Valid(m.Body) {
+	switch {
+	case !m.BodyBase64 && jsonPlain(m.Body):
+		dst = append(dst, '"')
+		dst = append(dst, m.Body...)
+		dst = append(dst, `","bodyEncoding":"utf8"`...)
+	case m.BodyBase64 || !utf8.Valid(m.Body):
 		dst = append(dst, '"')
 		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
 		dst = append(dst, `","bodyEncoding":"base64"`...)
-	} else {
+	default:
 		dst, _ = jsontext.AppendQuote(dst, m.Body)
 		dst = append(dst, `,"bodyEncoding":"utf8"`...)
 	}

@@ -333,6 +333,7 @@ func TestPulledJSONMatchesEncodingJSON(t *testing.T) {
 			Traceparent: "00-stored-01"}, Attempt: 3, Traceparent: "00-delivery-01"},
 		{Topic: "t", Message: &core.Message{ID: "id3", Body: []byte("aGk="), BodyBase64: true, Traceparent: "00-stored-01"}},
 		{Topic: "t", Message: &core.Message{ID: "id4", Body: nil}},
+		{Topic: "t", Message: &core.Message{ID: "id5", Body: []byte(`{"plain":"ascii <		{Topic: "t", Message: &core.Message{ID: "id4", Body: nil}},> 0123456789","n":[1,2]}`)}},
 	} {
 		want, err := json.Marshal(pulledOut(d))
 		if err != nil {
@@ -410,4 +411,41 @@ func pulledOut(d core.Delivered) messageJSON {
 		m.Traceparent = d.Traceparent
 	}
 	return m
+}
+
+// TestJSONPlain compares the word-at-a-time check with the byte rule for
+// every byte value at every position of bodies 0 to 24 bytes long, and
+// checks that a plain body is written exactly as AppendQuote writes it.
+func TestJSONPlain(t *testing.T) {
+	plainByte := func(c byte) bool { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\' }
+	for n := 0; n <= 24; n++ {
+		for pos := 0; pos < max(n, 1); pos++ {
+			for c := 0; c < 256; c++ {
+				b := bytes.Repeat([]byte{'a'}, n)
+				if n > 0 {
+					b[pos] = byte(c)
+				}
+				want := n == 0 || plainByte(byte(c))
+				if got := jsonPlain(b); got != want {
+					t.Fatalf("jsonPlain(%q) = %v, want %v", b, got, want)
+				}
+				if want {
+					quoted, err := jsontext.AppendQuote(nil, b)
+					if err != nil || string(quoted) != `"`+string(b)+`"` {
+						t.Fatalf("%q is plain but AppendQuote writes %s (%v)", b, quoted, err)
+					}
+				}
+			}
+		}
+	}
+	// Neighbouring bytes that borrow from each other in the subtraction.
+	for _, b := range []string{"\x00\x01 !\"#", "\x1f\x20\x21\x21\x21\x21\x21\x21", "  !!!!!!\x7f~", "\x21\x22\x21\x21\x21\x21\x21\x21"} {
+		want := true
+		for _, c := range []byte(b) {
+			want = want && plainByte(c)
+		}
+		if got := jsonPlain([]byte(b)); got != want {
+			t.Errorf("jsonPlain(%q) = %v, want %v", b, got, want)
+		}
+	}
 }
