@@ -156,3 +156,55 @@ func (benchPebbleLogger) Errorf(string, ...any) {}
 func (benchPebbleLogger) Fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
+
+// BenchmarkReadMessages reads 256 bodies the way a pull does (sorted seqs,
+// one ReadMessages call) from a store holding 100,000 1 KiB messages: one
+// queue's messages of batches spread over 8 queues (every 8th seq), and a
+// run of consecutive seqs.
+//
+//	go test -run '^$' -bench ReadMessages -count 5 ./pebblestore/
+func BenchmarkReadMessages(b *testing.B) {
+	s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{Logger: benchQuiet})
+	if err != nil {
+		b.Fatalf("Open: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			b.Errorf("Close: %v", err)
+		}
+	})
+	const total, pull, queues = 100_000, 256, 8
+	body := benchBody()
+	for seq := uint64(0); seq < total; {
+		batch := s.NewBatch()
+		for range 256 {
+			q := uint32(seq % queues)
+			batch.Append(&core.Message{ID: fmt.Sprint("m", seq), TopicID: 1, QueueID: q, Offset: seq / queues, Seq: seq, Body: body, StoredAtMs: 1})
+			seq++
+		}
+		if err := batch.Commit(false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, stride := range []uint64{1, queues} {
+		b.Run(fmt.Sprintf("stride=%d", stride), func(b *testing.B) {
+			seqs := make([]uint64, pull)
+			out := make([]*core.Message, pull)
+			r := rand.New(rand.NewPCG(3, 4))
+			b.ReportAllocs()
+			for b.Loop() {
+				first := r.Uint64N(total - pull*stride)
+				for i := range seqs {
+					seqs[i] = first + uint64(i)*stride
+				}
+				if err := s.ReadMessages(seqs, out); err != nil {
+					b.Fatal(err)
+				}
+				if out[pull-1] == nil {
+					b.Fatal("a stored message was not read")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*pull), "ns/msg")
+		})
+	}
+}

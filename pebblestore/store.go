@@ -241,6 +241,9 @@ func (s *Store) loadTopics(snap *core.Snapshot) error {
 
 // ReadMessages walks one iterator over the log, forward only: a seq right
 // after the last one read is one Next away, and a gap one SeekGE.
+// maxSkip is how many log keys ReadMessages steps over before it seeks.
+const maxSkip = 16
+
 func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 	if len(seqs) == 0 {
 		return nil
@@ -258,10 +261,14 @@ func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 		for i, seq := range seqs {
 			key = logKey(key, seq)
 			if !valid || bytes.Compare(it.Key(), key) < 0 {
-				// A pull's seqs are mostly consecutive: one Next usually
-				// lands on the key, far cheaper than a seek.
-				if valid {
-					valid = it.Next()
+				// A pull's seqs are close together: consecutive, or every
+				// Nth of the log when sends spread over N queues. Stepping
+				// over a few keys (without their values, which are in blob
+				// files) is cheaper than a seek; past maxSkip keys, seek.
+				for n := 0; valid && n < maxSkip; n++ {
+					if valid = it.Next(); !valid || bytes.Compare(it.Key(), key) >= 0 {
+						break
+					}
 				}
 				if !valid || bytes.Compare(it.Key(), key) < 0 {
 					valid = it.SeekGE(key)
