@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"syscall"
 	"time"
@@ -120,7 +121,7 @@ func (b *Broker) enqueue(ctx context.Context, r *request) error {
 // While a commit runs, new requests pile up and form the next batch (group
 // commit). A lone request pays one fsync and no wait; only after a commit
 // that carried many requests does the appender linger for the next group
-// (lingerForGroup).
+// (gather with a timer).
 func (b *Broker) appendLoop() {
 	var pending []*request
 	var carry *request
@@ -143,23 +144,9 @@ func (b *Broker) appendLoop() {
 		pending = append(pending[:0], first)
 		size := first.size()
 		if first.kind != reqAdmin {
-		collect:
-			for size < b.opts.MaxCommitBytes {
-				select {
-				case r := <-b.requests:
-					if r.kind == reqAdmin {
-						carry = r
-						break collect
-					}
-					b.queuedBytes.Add(-r.queued)
-					pending = append(pending, r)
-					size += r.size()
-				default:
-					break collect
-				}
-			}
-			if carry == nil && lastRound >= lingerMinRequests && size < b.opts.MaxCommitBytes {
-				pending, size, carry = b.lingerForGroup(pending, size, 2*lastRound, linger)
+			pending, size, carry = b.gather(pending, size, math.MaxInt, nil)
+			if carry == nil && lastRound >= lingerMinRequests {
+				pending, size, carry = b.gather(pending, size, 2*lastRound, linger)
 			}
 		}
 		lastRound = len(pending)
@@ -186,28 +173,42 @@ const (
 	lingerMax         = 750 * time.Microsecond
 )
 
-// lingerForGroup adds requests to pending until it holds want of them,
-// the commit size cap is reached, an admin request arrives (returned as
-// carry), Close begins, or lingerMax passes.
-func (b *Broker) lingerForGroup(pending []*request, size, want int, timer *time.Timer) ([]*request, int, *request) {
-	b.lingering.Store(true)
-	defer b.lingering.Store(false)
-	timer.Reset(lingerMax)
-	defer timer.Stop()
+// gather adds queued requests to pending until it holds want of them, the
+// commit size cap is reached, or an admin request comes (returned, to go
+// alone next). With linger nil it takes only what is queued already; with
+// a timer it waits for more, until lingerMax passes or Close begins.
+func (b *Broker) gather(pending []*request, size, want int, linger *time.Timer) ([]*request, int, *request) {
+	var expired <-chan time.Time
+	if linger != nil {
+		b.lingering.Store(true)
+		defer b.lingering.Store(false)
+		linger.Reset(lingerMax)
+		defer linger.Stop()
+		expired = linger.C
+	}
 	for len(pending) < want && size < b.opts.MaxCommitBytes {
-		select {
-		case r := <-b.requests:
-			if r.kind == reqAdmin {
-				return pending, size, r
+		var r *request
+		if expired == nil {
+			select {
+			case r = <-b.requests:
+			default:
+				return pending, size, nil
 			}
-			b.queuedBytes.Add(-r.queued)
-			pending = append(pending, r)
-			size += r.size()
-		case <-timer.C:
-			return pending, size, nil
-		case <-b.closing:
-			return pending, size, nil
+		} else {
+			select {
+			case r = <-b.requests:
+			case <-expired:
+				return pending, size, nil
+			case <-b.closing:
+				return pending, size, nil
+			}
 		}
+		if r.kind == reqAdmin {
+			return pending, size, r
+		}
+		b.queuedBytes.Add(-r.queued)
+		pending = append(pending, r)
+		size += r.size()
 	}
 	return pending, size, nil
 }

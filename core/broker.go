@@ -134,7 +134,7 @@ type Broker struct {
 	closing     chan struct{}
 	closed      atomic.Bool
 	// lingering is set while the appender waits for a group to gather
-	// (lingerForGroup): a send then joins it instead of committing alone.
+	// (gather with a timer): a send then joins it instead of committing alone.
 	lingering atomic.Bool
 	wg        sync.WaitGroup
 
