@@ -55,7 +55,8 @@ func BenchmarkAppend(b *testing.B) {
 	}
 }
 
-func benchAppend(b *testing.B, n int, sync bool) {
+// openBenchStore opens a store on the real disk, closed when b ends.
+func openBenchStore(b *testing.B) *pebblestore.Store {
 	s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{Logger: benchQuiet})
 	if err != nil {
 		b.Fatalf("Open: %v", err)
@@ -65,6 +66,11 @@ func benchAppend(b *testing.B, n int, sync bool) {
 			b.Errorf("Close: %v", err)
 		}
 	})
+	return s
+}
+
+func benchAppend(b *testing.B, n int, sync bool) {
+	s := openBenchStore(b)
 	body := benchBody()
 	const topicID, queues = 1, 8
 	msgs := make([]core.Message, n)
@@ -164,15 +170,7 @@ func (benchPebbleLogger) Fatalf(format string, args ...any) {
 //
 //	go test -run '^$' -bench ReadMessages -count 5 ./pebblestore/
 func BenchmarkReadMessages(b *testing.B) {
-	s, err := pebblestore.Open(b.TempDir(), pebblestore.Options{Logger: benchQuiet})
-	if err != nil {
-		b.Fatalf("Open: %v", err)
-	}
-	b.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			b.Errorf("Close: %v", err)
-		}
-	})
+	s := openBenchStore(b)
 	const total, pull, queues = 100_000, 256, 8
 	body := benchBody()
 	for seq := uint64(0); seq < total; {

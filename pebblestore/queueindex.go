@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -68,33 +69,19 @@ func eachQueueEntry(key, val []byte, from uint64, fn func(core.IndexEntry) bool)
 	default:
 		return false, errCorrupt
 	}
-	var e core.IndexEntry
-	e.Offset = be.Uint64(key[9:])
-	for i := 0; len(val) > 0; i++ {
-		var fields [5]uint64
-		for f := range fields {
-			var n int
-			if f == 1 {
-				var d int64
-				d, n = binary.Varint(val)
-				fields[f] = uint64(d)
-			} else {
-				fields[f], n = binary.Uvarint(val)
-			}
-			if n <= 0 {
-				return false, errCorrupt
-			}
-			val = val[n:]
-		}
+	r := recordReader{b: val}
+	e := core.IndexEntry{Offset: be.Uint64(key[9:])}
+	for i := 0; len(r.b) > 0; i++ {
 		if i > 0 {
 			e.Offset++
 		}
-		e.Seq += fields[0]
-		e.StoredAtMs += int64(fields[1])
-		if fields[2] > 1<<32-1 || fields[3] > 1<<32-1 || fields[4] > 1<<32-1 {
+		e.Seq += r.uvarint()
+		e.StoredAtMs += r.varint()
+		size, tagHash, keyHash := r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err != nil || size > math.MaxUint32 || tagHash > math.MaxUint32 || keyHash > math.MaxUint32 {
 			return false, errCorrupt
 		}
-		e.Size, e.TagHash, e.KeyHash = uint32(fields[2]), uint32(fields[3]), uint32(fields[4])
+		e.Size, e.TagHash, e.KeyHash = uint32(size), uint32(tagHash), uint32(keyHash)
 		if e.Offset >= from && !fn(e) {
 			return false, nil
 		}

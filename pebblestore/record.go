@@ -80,11 +80,13 @@ type recordReader struct {
 	err error
 }
 
-func (r *recordReader) uvarint() uint64 {
+// readVarint reads one varint with decode (binary.Uvarint or
+// binary.Varint); a malformed one marks the record corrupt.
+func readVarint[T uint64 | int64](r *recordReader, decode func([]byte) (T, int)) T {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(r.b)
+	v, n := decode(r.b)
 	if n <= 0 {
 		r.err = errCorrupt
 		return 0
@@ -92,6 +94,10 @@ func (r *recordReader) uvarint() uint64 {
 	r.b = r.b[n:]
 	return v
 }
+
+func (r *recordReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
+
+func (r *recordReader) varint() int64 { return readVarint(r, binary.Varint) }
 
 func (r *recordReader) string() string {
 	n := r.uvarint()
