@@ -299,6 +299,7 @@ func (b *Broker) commit(reqs []*request) {
 		return
 	}
 	b.lastMs = nowMs
+	b.committedSeq.Store(b.nextSeq)
 	b.dedupOrder = append(b.dedupOrder, b.dedupAdded...)
 	b.dedupAdded = b.dedupAdded[:0]
 	for _, q := range b.touched {

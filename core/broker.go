@@ -136,7 +136,11 @@ type Broker struct {
 	// lingering is set while the appender waits for a group to gather
 	// (gather with a timer): a send then joins it instead of committing alone.
 	lingering atomic.Bool
-	wg        sync.WaitGroup
+	// committedSeq is the seq after the last committed record; logCut the
+	// seq retention last cut the log below (0 after a start: the first
+	// pass cuts once more, harmlessly).
+	committedSeq, logCut atomic.Uint64
+	wg                   sync.WaitGroup
 
 	subsByID map[uint32]*subscription // under mu
 
@@ -231,6 +235,7 @@ func New(store Store, opts Options) (*Broker, error) {
 	b.leaseIDs.Store(b.leaseBase)
 	b.ids.Store(b.leaseBase)
 	b.timerCursor.Store(snap.FirstTimerMs)
+	b.committedSeq.Store(snap.NextSeq)
 	for _, rec := range snap.Topics {
 		t := newTopic(rec)
 		ranges := snap.Queues[rec.ID]

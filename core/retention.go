@@ -8,8 +8,11 @@ import (
 // EnforceRetention removes, per topic, the messages stored before
 // now - retentionHours: each queue's index and time index are cut with
 // range tombstones, its minOffset advances, and the shared log is cut below
-// the oldest record any queue still holds. The timer loop runs it
-// periodically; it is exported for tests and operators.
+// the oldest record any queue still holds. The log is also cut when that
+// record moved for another reason: a deleted topic's bodies stay in the
+// log until then (deleting them one by one would be one batch as large as
+// the topic's index). The timer loop runs it periodically; it is exported
+// for tests and operators.
 func (b *Broker) EnforceRetention() error {
 	if b.closed.Load() {
 		return ErrClosed
@@ -38,6 +41,9 @@ func (b *Broker) EnforceRetention() error {
 		topics = append(topics, t)
 	}
 	b.mu.RUnlock()
+	// Read before the scans: a record stored after them has a seq at or
+	// above it.
+	stored := b.committedSeq.Load()
 	oldestSeq := ^uint64(0)
 	for _, t := range topics {
 		b.mu.RLock()
@@ -82,7 +88,11 @@ func (b *Broker) EnforceRetention() error {
 			}
 		}
 	}
-	if len(cuts) == 0 && len(indexCuts) == 0 {
+	if oldestSeq == ^uint64(0) {
+		oldestSeq = stored // no queue holds a record: all below what was stored before the scan may go
+	}
+	cutLog := len(cuts) > 0 || oldestSeq > b.logCut.Load()
+	if !cutLog && len(indexCuts) == 0 {
 		return nil
 	}
 	req := &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) {
@@ -97,12 +107,15 @@ func (b *Broker) EnforceRetention() error {
 		for _, ic := range indexCuts {
 			batch.CutIndex(ic.t.rec.ID, ic.bucket)
 		}
-		if len(cuts) > 0 {
+		if cutLog {
 			// Records appended since the scan have seqs at or above the
 			// appender's next seq, so the cut never reaches them.
 			batch.CutLog(min(oldestSeq, b.nextSeq))
 		}
 	}}, after: func() {
+		if cutLog {
+			b.logCut.Store(oldestSeq)
+		}
 		for _, c := range cuts {
 			c.q.min.CompareAndSwap(c.oldMin, c.newMin)
 		}

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -256,5 +257,63 @@ func TestGrowQueuesFeedsExistingSubscriptions(t *testing.T) {
 	info := e.subInfo("orders", "g")
 	if len(info.Queues) != 4 || info.Lag != 0 {
 		t.Errorf("subscription sees %d queues with lag %d, want 4 and 0", len(info.Queues), info.Lag)
+	}
+}
+
+// TestDeletedTopicsBodiesGoAtTheNextLogCut: deleting a topic drops its
+// indexes at once and leaves its bodies in the shared log until retention
+// cuts the log past them; the next retention pass does, even when no
+// queue has anything to expire, and a remaining topic's bodies stay.
+func TestDeletedTopicsBodiesGoAtTheNextLogCut(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	ctx := t.Context()
+	e.putTopic("orders", 2)
+	e.send("orders", "a", "b", "c")
+	e.putTopic("keep", 1)
+	kept := e.send("keep", "k")
+	bodyAt := func(seq uint64) string {
+		t.Helper()
+		m, err := e.store.ReadMessage(seq)
+		if errors.Is(err, core.ErrMessageNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(m.Body)
+	}
+	for seq, want := range []string{"a", "b", "c", "k"} {
+		if got := bodyAt(uint64(seq)); got != want {
+			t.Fatalf("seq %d holds %q, want %q", seq, got, want)
+		}
+	}
+
+	if err := e.b.DeleteTopic(ctx, "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	for seq := range uint64(3) {
+		if got := bodyAt(seq); got != "" {
+			t.Errorf("seq %d of the deleted topic still holds %q after retention", seq, got)
+		}
+	}
+	if got := bodyAt(3); got != "k" {
+		t.Errorf("the kept topic's body at seq 3 = %q", got)
+	}
+	if m, _, err := e.b.GetMessage("keep", kept[0].MessageID); err != nil || string(m.Body) != "k" {
+		t.Errorf("GetMessage of the kept topic's message: %+v, %v", m, err)
+	}
+
+	// With no topic left, the cut reaches everything stored.
+	if err := e.b.DeleteTopic(ctx, "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.b.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyAt(3); got != "" {
+		t.Errorf("seq 3 still holds %q with no topic left", got)
 	}
 }

@@ -56,7 +56,10 @@
 //     (time-bucket-first, so one tombstone per topic), and L below the oldest
 //     seq any queue still holds. Parked (R, P) and dead (X) messages are
 //     copies, so retention never removes a retry, a delayed message or a DLQ
-//     entry.
+//     entry. Deleting a topic is range tombstones too (its Q, T, I, H and q
+//     ranges); its bodies in L stay until a retention pass cuts the log
+//     past them, which passes do whenever the oldest held seq has moved
+//     (one delete per body made a batch as large as the topic).
 //   - The timer index D is scanned from the last due time processed, never
 //     from the start of the prefix, so tombstones of fired timers (dropped
 //     with one range tombstone a minute) are never iterated again.
