@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -64,5 +65,21 @@ func TestTargetsSuiteRefusesABadPhasesPattern(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if err := run(t.Context(), c, &stdout, &stderr); err == nil {
 		t.Fatal("run with -phases \"(\": no error")
+	}
+}
+
+func TestMedianOf(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{0.4}, 0.4},
+		{[]float64{0.52, 0.47}, 0.495},
+		{[]float64{0.3, 0.9, 0.5}, 0.5},
+		{[]float64{1.04, 0.98, 0.2, 2}, 1.01},
+	} {
+		if got := medianOf(c.xs); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("medianOf(%v) = %v, want %v", c.xs, got, c.want)
+		}
 	}
 }
