@@ -1448,7 +1448,20 @@ func TestE2EDisconnectedPullReleasesAtOnce(t *testing.T) {
 				}
 			}
 			c.waitParked("gone-p", "g", consumer)
+			// The server learns that a client left when its read of the
+			// connection ends; a message sent before that may still go to
+			// the parked pull (a write to a socket the peer just closed
+			// succeeds). What is tested is the pull once the server knows:
+			// wait for its request to end (its log line), then send.
+			pullLine := "path=" + pullPath("gone-p", "g")
+			ended := strings.Count(ts.logs.String(), pullLine)
 			leave()
+			eventually(t, 10*time.Second, func() error {
+				if strings.Count(ts.logs.String(), pullLine) == ended {
+					return fmt.Errorf("the server has not ended the pull of %s, whose client left", consumer)
+				}
+				return nil
+			})
 			id := c.send("gone-p", jsonMsg(fmt.Sprintf("round %d", round))).MessageID
 
 			start := time.Now()
