@@ -352,6 +352,7 @@ func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
 			}
 		}
 		if m.DeliverAtMs > nowMs {
+			m.StoredAtMs = nowMs // as its reply says; it gets a new one when due
 			p := &Parked{ID: b.ids.Add(1), Kind: ParkedDelayed, TopicID: topicID, DueMs: m.DeliverAtMs, Msg: m}
 			batch.PutParked(p)
 			batch.PutTimer(p.DueMs, p.ID, ParkedDelayed)

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -245,5 +246,68 @@ func TestDedupKeyStoresOneMessage(t *testing.T) {
 	got := e.drain("orders", "g", core.PullRequest{MaxMessages: 100})
 	if want := []string{"a", "b", "no key", "pay 1001", "pay 1001"}; !slices.Equal(bodies(got), want) {
 		t.Errorf("the subscription got %v, want %v", bodies(got), want)
+	}
+}
+
+// TestDelayedMessageFoundByIDBeforeDue: GetMessage finds a delayed message
+// while it waits (no offset yet, its due time, every group pending or
+// filtered), across a restart and a retention pass longer than the topic's
+// retention, and once due as the stored message it has become. A message
+// of another topic with the same id is not found.
+func TestDelayedMessageFoundByIDBeforeDue(t *testing.T) {
+	clk := newClock()
+	e := newEnv(t, core.Options{Now: clk.Now})
+	if _, _, err := e.b.PutTopic(t.Context(), "orders", core.TopicConfig{Queues: 2, RetentionHours: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.putTopic("other", 1)
+	e.subscribe("orders", "all", core.SubscriptionConfig{})
+	e.subscribe("orders", "tagB", core.SubscriptionConfig{Filter: "TagB"})
+	sentAt := clk.Now()
+	due := sentAt.Add(3 * time.Hour)
+	res := e.sendBatch("orders", &core.Message{Body: []byte("later"), Tag: "TagA", DeliverAtMs: due.UnixMilli()})[0]
+
+	check := func(when string) {
+		t.Helper()
+		m, states, err := e.b.GetMessage("orders", res.MessageID)
+		if err != nil {
+			t.Fatalf("%s: GetMessage: %v", when, err)
+		}
+		if m.ID != res.MessageID || string(m.Body) != "later" || m.DeliverAtMs != due.UnixMilli() || m.StoredAtMs != sentAt.UnixMilli() {
+			t.Errorf("%s: message %s %q deliverAt %d storedAt %d, want %s deliverAt %d storedAt %d", when, m.ID, m.Body,
+				m.DeliverAtMs, m.StoredAtMs, res.MessageID, due.UnixMilli(), sentAt.UnixMilli())
+		}
+		want := []string{"all:pending", "tagB:filtered"}
+		var got []string
+		for _, s := range states {
+			got = append(got, s.Group+":"+s.State)
+			if len(s.History) != 0 {
+				t.Errorf("%s: group %s has history %+v before any delivery", when, s.Group, s.History)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: states %v, want %v", when, got, want)
+		}
+		if _, _, err := e.b.GetMessage("other", res.MessageID); !errors.Is(err, core.ErrMessageNotFound) {
+			t.Errorf("%s: found in another topic: %v", when, err)
+		}
+	}
+	check("just sent")
+	e.restart()
+	check("after a restart")
+	clk.Advance(2 * time.Hour)
+	if err := e.b.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	check("after retention of the topic's 1 h")
+
+	e.advanceTimers(clk, time.Hour)
+	e.pullSoon("orders", "all", core.PullRequest{})
+	m, states, err := e.b.GetMessage("orders", res.MessageID)
+	if err != nil || m.DeliverAtMs != 0 || m.StoredAtMs != due.UnixMilli() {
+		t.Fatalf("once due: %+v, %v; want the stored message, stored when due", m, err)
+	}
+	if len(states) != 2 || states[0].State != core.StateInflight {
+		t.Errorf("once due and pulled: states %+v, want inflight for all", states)
 	}
 }

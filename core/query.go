@@ -66,12 +66,23 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	if err != nil {
 		return nil, nil, err
 	}
+	delayed := false
+	if found == nil {
+		if found, err = b.findDelayed(rec, id); err != nil {
+			return nil, nil, err
+		}
+		delayed = found != nil
+	}
 	if found == nil {
 		return nil, nil, fmt.Errorf("%w: %s", ErrMessageNotFound, id)
 	}
 	slices.SortFunc(subs, func(a, b *subscription) int { return strings.Compare(a.group, b.group) })
 	var states []MessageState
 	for _, s := range subs {
+		if delayed {
+			states = append(states, s.notYetDue(found)...)
+			continue
+		}
 		st, err := b.messageStates(s, found)
 		if err != nil {
 			return nil, nil, err
@@ -79,6 +90,46 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 		states = append(states, st...)
 	}
 	return found, states, nil
+}
+
+// findDelayed looks id up among the topic's delayed messages not yet due
+// (IndexDelayed). The message it returns has DeliverAtMs set and no
+// offset yet.
+func (b *Broker) findDelayed(rec *TopicRecord, id string) (*Message, error) {
+	now := b.now()
+	// From an hour back: a message just due may wait for the timer loop.
+	from := IndexBucket(now.Add(-time.Hour).UnixMilli())
+	to := IndexBucket(now.Add(MaxDelaySeconds*time.Second + time.Hour).UnixMilli())
+	var found *Message
+	err := b.store.ScanIndex(rec.ID, IndexDelayed, IndexHash(id), from, to, 0, 0, func(_ uint32, parkedID uint64) bool {
+		p, err := b.store.ReadParked(ParkedDelayed, parkedID)
+		if err == nil && p.TopicID == rec.ID && p.Msg.ID == id {
+			found = p.Msg
+			found.TopicID, found.DeliverAtMs = rec.ID, p.DueMs
+			return false
+		}
+		return true
+	})
+	return found, err
+}
+
+// notYetDue is where a delayed message is for s before it is due: pending
+// for every consumer it will reach, or filtered out, with no deliveries.
+func (s *subscription) notYetDue(m *Message) []MessageState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	state := StatePending
+	if !s.filter.matches(m.Tag) {
+		state = StateFiltered
+	}
+	if len(s.cursors()) == 0 {
+		return []MessageState{{Group: s.group, State: state, History: []Attempt{}}}
+	}
+	var out []MessageState
+	for _, c := range s.cursors() {
+		out = append(out, MessageState{Group: s.group, ConsumerID: c.consumerID, State: state, History: []Attempt{}})
+	}
+	return out
 }
 
 // findByID looks id up in the topic's id index: under its own kind, and

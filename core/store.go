@@ -47,6 +47,12 @@ const (
 	IndexNUID byte = 'n' // message ids that are NUIDs, by their sequence (IDIndex); the store may keep them in runs
 	IndexKey  byte = 'k'
 	IndexTag  byte = 't'
+	// IndexDelayed finds delayed messages not yet due: by IndexHash of
+	// their id, in the bucket of their due time (so retention does not cut
+	// it before they are), with the parked record's id where other kinds
+	// have a seq. The store keeps it with the parked record (PutParked,
+	// DeleteParked).
+	IndexDelayed byte = 'd'
 )
 
 // IndexBucketMs is the width of a secondary index time bucket: retention

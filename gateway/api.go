@@ -121,7 +121,7 @@ type messageJSON struct {
 	MessageID       string            `json:"messageId"`
 	Topic           string            `json:"topic"`
 	QueueID         uint32            `json:"queueId"`
-	Offset          uint64            `json:"offset"`
+	Offset          *uint64           `json:"offset"` // null while a delayed message is not yet due
 	Body            string            `json:"body"`
 	BodyEncoding    string            `json:"bodyEncoding"`
 	Tag             string            `json:"tag,omitempty"`
@@ -130,6 +130,7 @@ type messageJSON struct {
 	ShardingKey     string            `json:"shardingKey,omitempty"`
 	BornAt          Time              `json:"bornAt"`
 	StoredAt        Time              `json:"storedAt"`
+	DeliverAt       *Time             `json:"deliverAt,omitempty"`
 	ProducerGroup   string            `json:"producerGroup,omitempty"`
 	DeliveryAttempt int               `json:"deliveryAttempt,omitempty"`
 	ReceiptHandle   string            `json:"receiptHandle,omitempty"`
@@ -140,10 +141,15 @@ type messageJSON struct {
 // valid UTF-8, else as text.
 func messageOut(topic string, m *core.Message) messageJSON {
 	out := messageJSON{
-		MessageID: m.ID, Topic: topic, QueueID: m.QueueID, Offset: m.Offset,
+		MessageID: m.ID, Topic: topic, QueueID: m.QueueID, Offset: &m.Offset,
 		Tag: m.Tag, Keys: m.Keys, Properties: m.Properties, ShardingKey: m.ShardingKey,
 		BornAt: msTime(m.BornAtMs), StoredAt: msTime(m.StoredAtMs),
 		ProducerGroup: m.ProducerGroup, Traceparent: m.Traceparent,
+	}
+	if m.DeliverAtMs > 0 {
+		// Only a delayed message not yet due has one (core.Broker.GetMessage).
+		at := msTime(m.DeliverAtMs)
+		out.Offset, out.DeliverAt = nil, &at
 	}
 	if m.BodyBase64 || !utf8.Valid(m.Body) {
 		out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(m.Body), "base64"

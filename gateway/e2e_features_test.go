@@ -356,8 +356,35 @@ func TestE2EDelayedSend(t *testing.T) {
 
 	// deliverAt works too; both at once is a 400.
 	at := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	if r := c.send("later", map[string]any{"body": "in an hour", "deliverAt": at}); r.Offset != nil {
-		t.Errorf("deliverAt send reply %+v, want offset null", r)
+	inAnHour := c.send("later", map[string]any{"body": "in an hour", "deliverAt": at})
+	if inAnHour.Offset != nil {
+		t.Errorf("deliverAt send reply %+v, want offset null", inAnHour)
+	}
+	// While it waits, the message is found by id: no offset yet, when it
+	// becomes due, and pending for the group.
+	r = c.do("GET", topicPath("later")+"/messages/"+inAnHour.MessageID, nil)
+	wantStatus(t, r, http.StatusOK)
+	var status struct {
+		Message       map[string]json.RawMessage `json:"message"`
+		Subscriptions []struct {
+			Group   string            `json:"group"`
+			State   string            `json:"state"`
+			History []json.RawMessage `json:"history"`
+		} `json:"subscriptions"`
+	}
+	if err := json.Unmarshal(r.body, &status); err != nil {
+		t.Fatal(err)
+	}
+	wantAt, _ := time.Parse(time.RFC3339, at)
+	var gotAt time.Time
+	if err := json.Unmarshal(status.Message["deliverAt"], &gotAt); err != nil || !gotAt.Equal(wantAt) {
+		t.Errorf("delayed message's deliverAt %s, want %s (%v)", status.Message["deliverAt"], at, err)
+	}
+	if string(status.Message["offset"]) != "null" || string(status.Message["body"]) != `"in an hour"` {
+		t.Errorf("delayed message %s, want offset null and its body", r.body)
+	}
+	if len(status.Subscriptions) != 1 || status.Subscriptions[0].State != "pending" || len(status.Subscriptions[0].History) != 0 {
+		t.Errorf("delayed message's states %s, want pending for g with no history", r.body)
 	}
 	wantProblem(t, c.do("POST", sendPath("later"), map[string]any{"body": "x", "delaySeconds": 5, "deliverAt": at}), http.StatusBadRequest, "invalid_request")
 	wantProblem(t, c.do("POST", sendPath("later"), "x", hdr{"Content-Type": "application/octet-stream", "X-Tidemq-Delay-Seconds": "5", "X-Tidemq-Deliver-At": at}), http.StatusBadRequest, "invalid_request")

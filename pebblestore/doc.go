@@ -16,6 +16,7 @@
 //	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32 (one per offset, written by earlier versions)
 //	T       T topicID queueID storedAtMs firstOffset      ∅ (sparse: one per queue per commit)
 //	I       I topicID bucket kind hash seq                ∅ (kind i=non-NUID message id, k=key, t=tag; n=NUID id, written before runs; bucket = storedAt hour)
+//	I       I topicID dueBucket 'd' idHash parkedID       ∅ (a delayed message not yet due, found by id: written and deleted with its P record)
 //	I       I topicID bucket 'r' firstDigest firstSeq     NUID id run: (digest delta, seq delta) uvarint pairs for the entries after the first
 //	H       H topicID queueID offset cursorID attempt     delivery history: consumer, deliveredAt, outcome, reason, settledAt
 //	C       C cursorID queueID                            acked watermark u64

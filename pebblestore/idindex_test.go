@@ -184,3 +184,46 @@ func TestNUIDRunsFindEveryID(t *testing.T) {
 		t.Fatalf("%d index keys for %d messages: runs are not forming", keys, len(all))
 	}
 }
+
+// TestDelayedIndexFollowsTheParkedRecord: a parked delayed message is
+// indexed by its id in the bucket of its due time, and the entry goes with
+// the parked record.
+func TestDelayedIndexFollowsTheParkedRecord(t *testing.T) {
+	s, err := Open(t.TempDir(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := &core.Parked{ID: 42, Kind: core.ParkedDelayed, TopicID: 7, DueMs: 5 * core.IndexBucketMs,
+		Msg: &core.Message{ID: "delayed-1", Body: []byte("x")}}
+	find := func() []uint64 {
+		t.Helper()
+		var ids []uint64
+		if err := s.ScanIndex(7, core.IndexDelayed, core.IndexHash("delayed-1"), 0, 10, 0, 0, func(bucket uint32, id uint64) bool {
+			if bucket != 5 {
+				t.Errorf("indexed in bucket %d, want the due time's, 5", bucket)
+			}
+			ids = append(ids, id)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	b := s.NewBatch()
+	b.PutParked(p)
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := find(); len(got) != 1 || got[0] != 42 {
+		t.Fatalf("parked: index finds %v, want [42]", got)
+	}
+	b = s.NewBatch()
+	b.DeleteParked(p)
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if got := find(); len(got) != 0 {
+		t.Fatalf("after DeleteParked: index still finds %v", got)
+	}
+}

@@ -137,9 +137,25 @@ func decodeDedup(k, v []byte) (*core.DedupRecord, error) {
 
 func (b *batch) PutParked(p *core.Parked) {
 	_ = b.b.Set(parkedKey(p.Kind, p.ID), encodeParked(p), nil)
+	if p.Kind == core.ParkedDelayed {
+		b.key = delayedIndexKey(b.key, p)
+		b.deferIndex(b.key, nil)
+	}
 }
 
-func (b *batch) DeleteParked(p *core.Parked) { _ = b.b.Delete(parkedKey(p.Kind, p.ID), nil) }
+func (b *batch) DeleteParked(p *core.Parked) {
+	_ = b.b.Delete(parkedKey(p.Kind, p.ID), nil)
+	if p.Kind == core.ParkedDelayed {
+		b.key = delayedIndexKey(b.key, p)
+		_ = b.b.Delete(b.key, nil)
+	}
+}
+
+// delayedIndexKey is where a delayed message is found by id until due
+// (core.IndexDelayed).
+func delayedIndexKey(dst []byte, p *core.Parked) []byte {
+	return secondaryKey(dst, p.TopicID, core.IndexBucket(p.DueMs), core.IndexDelayed, core.IndexHash(p.Msg.ID), p.ID)
+}
 
 func (b *batch) PutTimer(dueMs int64, id uint64, kind byte) {
 	_ = b.b.Set(timerKey(dueMs, id), []byte{kind}, nil)
