@@ -66,12 +66,10 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	if err != nil {
 		return nil, nil, err
 	}
-	delayed := false
 	if found == nil {
 		if found, err = b.findDelayed(rec, id); err != nil {
 			return nil, nil, err
 		}
-		delayed = found != nil
 	}
 	if found == nil {
 		return nil, nil, fmt.Errorf("%w: %s", ErrMessageNotFound, id)
@@ -79,10 +77,6 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	slices.SortFunc(subs, func(a, b *subscription) int { return strings.Compare(a.group, b.group) })
 	var states []MessageState
 	for _, s := range subs {
-		if delayed {
-			states = append(states, s.notYetDue(found)...)
-			continue
-		}
 		st, err := b.messageStates(s, found)
 		if err != nil {
 			return nil, nil, err
@@ -113,25 +107,6 @@ func (b *Broker) findDelayed(rec *TopicRecord, id string) (*Message, error) {
 	return found, err
 }
 
-// notYetDue is where a delayed message is for s before it is due: pending
-// for every consumer it will reach, or filtered out, with no deliveries.
-func (s *subscription) notYetDue(m *Message) []MessageState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	state := StatePending
-	if !s.filter.matches(m.Tag) {
-		state = StateFiltered
-	}
-	if len(s.cursors()) == 0 {
-		return []MessageState{{Group: s.group, State: state, History: []Attempt{}}}
-	}
-	var out []MessageState
-	for _, c := range s.cursors() {
-		out = append(out, MessageState{Group: s.group, ConsumerID: c.consumerID, State: state, History: []Attempt{}})
-	}
-	return out
-}
-
 // findByID looks id up in the topic's id index: under its own kind, and
 // for a NUID also under IndexID, where data dirs written before IndexNUID
 // indexed every id.
@@ -157,38 +132,48 @@ func (b *Broker) findByID(rec *TopicRecord, id string) (*Message, error) {
 }
 
 func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, error) {
+	// A delayed message not yet due (findDelayed) has no offset, so no
+	// history and no delivery: it is pending, or filtered out, everywhere.
+	waiting := m.DeliverAtMs > 0
 	var hist []*HistoryRecord
-	err := b.store.ScanHistory(m.TopicID, m.QueueID, m.Offset, func(h *HistoryRecord) bool {
-		hist = append(hist, h)
-		return true
-	})
-	if err != nil {
-		return nil, err
-	}
 	dead := map[uint32]*Dead{}
-	err = b.store.ScanDead(s.id, 0, maxTimeMs, 0, 0, func(d *Dead) bool {
-		if d.Msg.ID == m.ID {
-			dead[d.CursorID] = d
+	if !waiting {
+		err := b.store.ScanHistory(m.TopicID, m.QueueID, m.Offset, func(h *HistoryRecord) bool {
+			hist = append(hist, h)
+			return true
+		})
+		if err != nil {
+			return nil, err
 		}
-		return true
-	})
-	if err != nil {
-		return nil, err
+		err = b.store.ScanDead(s.id, 0, maxTimeMs, 0, 0, func(d *Dead) bool {
+			if d.Msg.ID == m.ID {
+				dead[d.CursorID] = d
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	untouched := StatePending
+	if !s.filter.matches(m.Tag) {
+		untouched = StateFiltered
+	}
 	var out []MessageState
 	if len(s.cursors()) == 0 {
 		// A broadcast subscription no consumer has joined yet: each
 		// consumer will get the message when it does (from startFrom).
-		st := MessageState{Group: s.group, State: StatePending, History: []Attempt{}}
-		if !s.filter.matches(m.Tag) {
-			st.State = StateFiltered
-		}
-		return []MessageState{st}, nil
+		return []MessageState{{Group: s.group, State: untouched, History: []Attempt{}}}, nil
 	}
 	for _, c := range s.cursors() {
 		st := MessageState{Group: s.group, ConsumerID: c.consumerID}
+		if waiting {
+			st.State = untouched
+			out = append(out, st)
+			continue
+		}
 		for _, h := range hist {
 			if h.StateID != c.id {
 				continue
@@ -215,7 +200,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 			sq = c.queues[m.QueueID]
 		}
 		switch {
-		case !s.filter.matches(m.Tag):
+		case untouched == StateFiltered:
 			st.State = StateFiltered
 		case dead[c.id] != nil:
 			st.State = StateDead
