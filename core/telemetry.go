@@ -93,6 +93,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
 	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
 	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
+	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring while other work waited for the CPU (the rest are plain syscalls).")
 	if err != nil {
 		return nil, err
 	}
@@ -116,9 +117,10 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(storeBytes, stats.DiskBytes)
 			o.ObserveInt64(l0, stats.L0Sublevels)
 			o.ObserveInt64(stalls, stats.WriteStalls)
+			o.ObserveInt64(uringSyncs, stats.WALUringSyncs)
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs)
 	return t, err
 }
 
@@ -138,6 +140,9 @@ type StoreStats struct {
 	DiskBytes   int64
 	L0Sublevels int64
 	WriteStalls int64
+	// WALUringSyncs counts WAL syncs handed to a kernel worker so the
+	// syncing goroutine's scheduler thread could run other work.
+	WALUringSyncs int64
 }
 
 // messageAttrs are the messaging semantic-convention attributes of a message.

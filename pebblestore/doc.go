@@ -87,4 +87,13 @@
 //
 // Iterators are always bounded (LowerBound/UpperBound) and short-lived; no
 // snapshot is held across calls.
+//
+// # WAL syncs
+//
+// On the real disk, Pebble's WAL files are wrapped (walsync.go): when other
+// goroutines are waiting for a scheduler P, a WAL fdatasync is handed to a
+// kernel worker through io_uring and the syncing goroutine parks in the
+// netpoller, instead of holding a P for the whole syscall. Otherwise, and
+// where io_uring is unavailable, it is the plain syscall. Either way the
+// commit returns once the data is durable.
 package pebblestore

@@ -34,6 +34,7 @@ type Options struct {
 type Store struct {
 	db     *pebble.DB
 	fs     vfs.FS
+	ring   *fsyncRing // nil: WAL syncs are plain syscalls
 	dir    string
 	mu     sync.RWMutex // guards closed against Close racing with reads
 	closed bool
@@ -113,8 +114,21 @@ func Open(dir string, opts Options) (*Store, error) {
 		// blocks cost point lookups little.
 		po.Levels[i].BlockSize = 32 << 10
 	}
+	if opts.FS == nil {
+		// Only on the real disk: a test's FS keeps its own SyncData.
+		ring, err := newFsyncRing()
+		if err != nil {
+			quietLogger{opts.Logger}.logger().Debug("WAL syncs hold a scheduler thread", "reason", err)
+		} else {
+			s.ring = ring
+			po.FS = walSyncFS{FS: vfs.Default, ring: ring}
+		}
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		if s.ring != nil {
+			s.ring.close()
+		}
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
@@ -151,7 +165,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	if err := s.db.Close(); err != nil {
+	err := s.db.Close()
+	if s.ring != nil {
+		err = errors.Join(err, s.ring.close())
+	}
+	if err != nil {
 		return fmt.Errorf("pebblestore: close: %w", err)
 	}
 	return nil
@@ -468,9 +486,10 @@ func (s *Store) Stats() core.StoreStats {
 	}
 	m := s.db.Metrics()
 	return core.StoreStats{
-		DiskBytes:   int64(m.DiskSpaceUsage()),
-		L0Sublevels: int64(m.Levels[0].Sublevels),
-		WriteStalls: s.writeStalls.Load(),
+		DiskBytes:     int64(m.DiskSpaceUsage()),
+		L0Sublevels:   int64(m.Levels[0].Sublevels),
+		WriteStalls:   s.writeStalls.Load(),
+		WALUringSyncs: s.ring.syncs(),
 	}
 }
 

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package pebblestore
+
+import "errors"
+
+// fsyncRing exists only on Linux; elsewhere WAL syncs are plain syscalls.
+type fsyncRing struct{}
+
+func newFsyncRing() (*fsyncRing, error) { return nil, errors.New("io_uring is Linux only") }
+
+func (*fsyncRing) fdatasync(uintptr) error { return errors.ErrUnsupported }
+
+func (*fsyncRing) syncs() int64 { return 0 }
+
+func (*fsyncRing) close() error { return nil }

@@ -1,0 +1,162 @@
+package pebblestore
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+)
+
+// newTestRing skips where the kernel offers no io_uring (not Linux, or
+// disabled by sysctl or seccomp): the store then syncs the plain way, which
+// every other test covers.
+func newTestRing(t *testing.T) *fsyncRing {
+	t.Helper()
+	r, err := newFsyncRing()
+	if err != nil {
+		t.Skipf("no io_uring here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := r.close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return r
+}
+
+func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
+	r := newTestRing(t)
+	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// Many in a row: completions reaped without reading the eventfd leave
+	// a count behind, which must not let a later sync return early.
+	const syncs = 50
+	for i := range syncs {
+		if _, err := f.Write([]byte("record\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.fdatasync(f.Fd()); err != nil {
+			t.Fatalf("sync %d: %v", i, err)
+		}
+	}
+	if got := r.syncs(); got != syncs {
+		t.Errorf("syncs() = %d, want %d", got, syncs)
+	}
+
+	// A pipe cannot be synced: the kernel's answer (EINVAL, as fdatasync(2)
+	// gives) comes back as the error.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	if err := r.fdatasync(pw.Fd()); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("fdatasync(pipe) = %v, want EINVAL", err)
+	}
+	// The ring still works after a failed sync.
+	if err := r.fdatasync(f.Fd()); err != nil {
+		t.Fatalf("sync after the failed one: %v", err)
+	}
+	if r.broken {
+		t.Error("a sync the kernel refused marked the ring broken; only a failed submission should")
+	}
+}
+
+func TestOthersWaitToRunSeesRunnableGoroutines(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	eventually := func(want bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); othersWaitToRun() != want; {
+			if time.Now().After(deadline) {
+				t.Fatalf("othersWaitToRun() stayed %v for 5s", !want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	eventually(false)
+	// With one P, while this goroutine runs, every spinner waits for it.
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range runnableWaitThreshold + 3 {
+		wg.Go(func() {
+			for !stop.Load() {
+				runtime.Gosched()
+			}
+		})
+	}
+	eventually(true)
+	stop.Store(true)
+	wg.Wait()
+	eventually(false)
+}
+
+// Under CPU contention the store's WAL syncs go through the ring, and what
+// they synced is there after reopening.
+func TestWALSyncsThroughRingUnderContention(t *testing.T) {
+	newTestRing(t) // skips without io_uring
+	dir := t.TempDir()
+	s, err := Open(dir, Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ring == nil {
+		t.Fatal("io_uring works here, but the store on the real disk has no ring")
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for !stop.Load() {
+				runtime.Gosched()
+			}
+		})
+	}
+	const batches = 40
+	for i := range batches {
+		b := s.NewBatch()
+		b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
+		b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
+		if err := b.Commit(true); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+		b.Close()
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := s.Stats().WALUringSyncs; n == 0 {
+		t.Errorf("no WAL sync went through the ring in %d synced commits with %d goroutines spinning", batches, 4*runtime.GOMAXPROCS(0))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Open(dir, Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	seqs := make([]uint64, batches)
+	for i := range seqs {
+		seqs[i] = uint64(i)
+	}
+	got := make([]*core.Message, batches)
+	if err := s.ReadMessages(seqs, got); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range got {
+		if m == nil || m.Offset != uint64(i) || string(m.Body) != "body" {
+			t.Errorf("after reopening, seq %d = %+v, want offset %d with its body", i, m, i)
+		}
+	}
+}
