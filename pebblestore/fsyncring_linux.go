@@ -22,7 +22,7 @@ type fsyncRing struct {
 	sqes   []byte
 	params uringParams
 	done   *os.File // eventfd, non-blocking, so reads park in the netpoller
-	broken bool     // a submission failed: plain syscalls from then on
+	broken bool     // a submission or an fsync failed in the ring: plain syscalls from then on
 	synced atomic.Int64
 }
 
@@ -32,7 +32,6 @@ const (
 	uringFeatSingleMmap  = 1 << 0
 	uringOpFsync         = 3
 	uringFsyncDatasync   = 1 << 0
-	uringSQEAsync        = 1 << 4 // straight to a worker: fsync never completes inline
 	uringRegisterEventfd = 4
 	uringSQESize         = 64
 	uringCQESize         = 16
@@ -133,7 +132,7 @@ func (r *fsyncRing) fdatasync(fd uintptr) error {
 	tail := atomic.LoadUint32(r.ringWord(p.sqOff.tail))
 	slot := tail & *r.ringWord(p.sqOff.ringMask)
 	*(*uringSQE)(unsafe.Pointer(&r.sqes[slot*uringSQESize])) = uringSQE{
-		opcode: uringOpFsync, flags: uringSQEAsync, fd: int32(fd), fsyncFlags: uringFsyncDatasync,
+		opcode: uringOpFsync, fd: int32(fd), fsyncFlags: uringFsyncDatasync,
 	}
 	*r.ringWord(p.sqOff.array + slot*4) = slot
 	atomic.StoreUint32(r.ringWord(p.sqOff.tail), tail+1)
@@ -150,8 +149,16 @@ func (r *fsyncRing) fdatasync(fd uintptr) error {
 			cqe := (*uringCQE)(unsafe.Pointer(&r.rings[p.cqOff.cqes+(head&*r.ringWord(p.cqOff.ringMask))*uringCQESize]))
 			res := cqe.res
 			atomic.StoreUint32(r.ringWord(p.cqOff.head), head+1)
-			if res < 0 {
-				return &os.SyscallError{Syscall: "fdatasync", Err: unix.Errno(-res)}
+			switch errno := unix.Errno(-res); {
+			case res >= 0:
+			case errno == unix.EINVAL || errno == unix.EOPNOTSUPP:
+				// A kernel whose ring cannot fsync this file: the plain
+				// call decides, so the ring never adds an error (Pebble
+				// treats a failed WAL sync as fatal).
+				r.broken = true
+				return plainFdatasync(fd)
+			default:
+				return &os.SyscallError{Syscall: "fdatasync", Err: errno}
 			}
 			r.synced.Add(1)
 			return nil
