@@ -122,7 +122,10 @@ func (r *fsyncRing) ringWord(off uint32) *uint32 {
 }
 
 // fdatasync has a kernel worker fdatasync(2) fd and returns its result.
-func (r *fsyncRing) fdatasync(fd uintptr) error {
+// While spinWhile (if not nil) says so, it polls for the completion,
+// yielding the CPU to other threads between looks (the kernel worker may
+// need this one); then it parks.
+func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.broken {
@@ -163,6 +166,11 @@ func (r *fsyncRing) fdatasync(fd uintptr) error {
 			r.synced.Add(1)
 			return nil
 		}
+		if spinWhile != nil && spinWhile() {
+			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			continue
+		}
+		spinWhile = nil
 		// Parks in the netpoller until the kernel posts a completion. A
 		// count left from an earlier completion that was reaped without
 		// reading it only costs one more turn of this loop.

@@ -27,7 +27,10 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the memtable size (default 64 MiB).
 	MemTableBytes uint64
-	Logger        *slog.Logger
+	// NoSyncSpin: a WAL sync that no other goroutine waits on sleeps in the
+	// syscall instead of polling for its completion (walsync.go).
+	NoSyncSpin bool
+	Logger     *slog.Logger
 }
 
 // Store is the Pebble implementation of core.Store.
@@ -121,7 +124,7 @@ func Open(dir string, opts Options) (*Store, error) {
 			quietLogger{opts.Logger}.logger().Debug("WAL syncs hold a scheduler thread", "reason", err)
 		} else {
 			s.ring = ring
-			po.FS = walSyncFS{FS: vfs.Default, ring: ring}
+			po.FS = walSyncFS{FS: vfs.Default, ring: ring, spin: !opts.NoSyncSpin}
 		}
 	}
 	db, err := pebble.Open(dir, po)

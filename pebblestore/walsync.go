@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"runtime/metrics"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -14,22 +15,35 @@ import (
 // keeps its scheduler P until the runtime's monitor thread takes it back,
 // and that monitor sleeps longer the less it has to do: tracing 64
 // single-send producers showed one of the two Ps held by the fsync for
-// ~23% of the run while runnable goroutines waited for it. So while other
-// goroutines are waiting to run, the WAL is synced through io_uring: the
-// kernel runs the fdatasync on one of its io-wq worker threads and the
-// syncing goroutine parks on an eventfd in the netpoller, giving its P to
-// the waiting work. When nothing waits, the plain syscall is quicker: the
-// round trip through a worker thread and the netpoller adds ~80 µs of CPU
-// and some latency to a lone send, and no one needs the P. Same guarantee
-// either way: the call returns once fdatasync(2) has, with its error.
-// Measurements: docs/BENCHMARKS.md, "Issue 10, session 6".
+// ~23% of the run while runnable goroutines waited for it. So the WAL is
+// synced through io_uring: the kernel runs the fdatasync on one of its
+// io-wq worker threads and the syncing goroutine waits without a syscall.
+//
+// How it waits depends on who else wants the CPU. While other goroutines
+// are waiting to run, it parks on an eventfd in the netpoller, giving its
+// P to them. When none is, it polls for the completion (spins), yielding
+// the CPU to other threads between looks (the kernel worker may need this
+// one), for up to walSyncSpin, and parks as soon as another goroutine
+// becomes runnable. The reason is the VM: a CPU left idle through the
+// fsync is halted, and waking it, then the goroutines the commit answers,
+// puts ~100 µs between a lone send's handler and its client that a no-op
+// handler does not pay (timestamps in the handler: 246 µs of a 380 µs
+// round trip). Spinning took the lone send's p50 from 335–359 µs to
+// 311–332 µs (three alternating pairs) for ~120 µs more CPU per send, CPU
+// nobody else was asking for. Options.NoSyncSpin turns it off (where idle
+// CPU is billed, or under a CPU quota); a sync nobody waits on is then the
+// plain syscall, which sleeps. Where io_uring is unavailable every sync is
+// the plain syscall. Same guarantee every way: the call returns once
+// fdatasync(2) has, with its error. Measurements: docs/BENCHMARKS.md,
+// "Issue 10, session 6".
 
-// walSyncFS hands out WAL files whose SyncData goes through ring when other
-// goroutines are waiting for a P. Other files (sstables, blob files, the
-// MANIFEST) are synced by background work and keep Pebble's own path.
+// walSyncFS hands out WAL files whose SyncData goes through ring. Other
+// files (sstables, blob files, the MANIFEST) are synced by background work
+// and keep Pebble's own path.
 type walSyncFS struct {
 	vfs.FS
 	ring *fsyncRing
+	spin bool
 }
 
 func (fs walSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
@@ -47,19 +61,28 @@ func (fs walSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil || !strings.HasSuffix(name, ".log") || f.Fd() == vfs.InvalidFd {
 		return f, err
 	}
-	return &walFile{File: f, ring: fs.ring}, nil
+	return &walFile{File: f, ring: fs.ring, spin: fs.spin}, nil
 }
 
 type walFile struct {
 	vfs.File
 	ring *fsyncRing
+	spin bool
 }
 
+// walSyncSpin bounds the polling: past it (a slow disk, a long fsync) the
+// sync parks like one others wait on.
+const walSyncSpin = time.Millisecond
+
 func (f *walFile) SyncData() error {
-	if othersWaitToRun() {
-		return f.ring.fdatasync(f.Fd())
+	if !f.spin {
+		if othersWaitToRun() {
+			return f.ring.fdatasync(f.Fd(), nil)
+		}
+		return f.File.SyncData()
 	}
-	return f.File.SyncData()
+	until := time.Now().Add(walSyncSpin)
+	return f.ring.fdatasync(f.Fd(), func() bool { return !othersWaitToRun() && time.Now().Before(until) })
 }
 
 // runnableWaitThreshold: with one producer, the goroutine net/http starts

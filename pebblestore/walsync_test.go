@@ -38,15 +38,21 @@ func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	// Many in a row: completions reaped without reading the eventfd leave
-	// a count behind, which must not let a later sync return early.
+	// Many in a row, parked and polled in turn: completions reaped without
+	// reading the eventfd leave a count behind, which must not let a later
+	// sync return early.
 	const syncs = 50
+	spinUntilDone := func() bool { return true }
 	for i := range syncs {
 		if _, err := f.Write([]byte("record\n")); err != nil {
 			t.Fatal(err)
 		}
-		if err := r.fdatasync(f.Fd()); err != nil {
-			t.Fatalf("sync %d: %v", i, err)
+		spin := spinUntilDone
+		if i%2 == 0 {
+			spin = nil
+		}
+		if err := r.fdatasync(f.Fd(), spin); err != nil {
+			t.Fatalf("sync %d (spinning %v): %v", i, spin != nil, err)
 		}
 	}
 	if got := r.syncs(); got != syncs {
@@ -62,13 +68,13 @@ func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 	}
 	defer pr.Close()
 	defer pw.Close()
-	if err := r.fdatasync(pw.Fd()); !errors.Is(err, syscall.EINVAL) {
+	if err := r.fdatasync(pw.Fd(), spinUntilDone); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("fdatasync(pipe) = %v, want EINVAL", err)
 	}
 	if !r.broken {
 		t.Error("after EINVAL from the ring, the ring is still used")
 	}
-	if err := r.fdatasync(f.Fd()); err != nil {
+	if err := r.fdatasync(f.Fd(), nil); err != nil {
 		t.Fatalf("sync after the failed one: %v", err)
 	}
 	if got := r.syncs(); got != syncs {
@@ -104,62 +110,75 @@ func TestOthersWaitToRunSeesRunnableGoroutines(t *testing.T) {
 	eventually(false)
 }
 
-// Under CPU contention the store's WAL syncs go through the ring, and what
-// they synced is there after reopening.
-func TestWALSyncsThroughRingUnderContention(t *testing.T) {
+// The store's WAL syncs go through the ring: always when syncs may spin,
+// and with spinning off while other goroutines wait to run. What they
+// synced is there after reopening.
+func TestWALSyncsThroughRing(t *testing.T) {
 	newTestRing(t) // skips without io_uring
-	dir := t.TempDir()
-	s, err := Open(dir, Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.ring == nil {
-		t.Fatal("io_uring works here, but the store on the real disk has no ring")
-	}
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for range 4 * runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for !stop.Load() {
-				runtime.Gosched()
+	for _, tc := range []struct {
+		name       string
+		noSyncSpin bool
+		spinners   int
+	}{
+		{"spinning, nothing else running", false, 0},
+		{"not spinning, under CPU contention", true, 4 * runtime.GOMAXPROCS(0)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			opts := Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20, NoSyncSpin: tc.noSyncSpin}
+			s, err := Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.ring == nil {
+				t.Fatal("io_uring works here, but the store on the real disk has no ring")
+			}
+			var stop atomic.Bool
+			var wg sync.WaitGroup
+			for range tc.spinners {
+				wg.Go(func() {
+					for !stop.Load() {
+						runtime.Gosched()
+					}
+				})
+			}
+			const batches = 40
+			for i := range batches {
+				b := s.NewBatch()
+				b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
+				b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
+				if err := b.Commit(true); err != nil {
+					t.Fatalf("commit %d: %v", i, err)
+				}
+				b.Close()
+			}
+			stop.Store(true)
+			wg.Wait()
+			if n := s.Stats().WALUringSyncs; n == 0 {
+				t.Errorf("no WAL sync went through the ring in %d synced commits", batches)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			s, err = Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			seqs := make([]uint64, batches)
+			for i := range seqs {
+				seqs[i] = uint64(i)
+			}
+			got := make([]*core.Message, batches)
+			if err := s.ReadMessages(seqs, got); err != nil {
+				t.Fatal(err)
+			}
+			for i, m := range got {
+				if m == nil || m.Offset != uint64(i) || string(m.Body) != "body" {
+					t.Errorf("after reopening, seq %d = %+v, want offset %d with its body", i, m, i)
+				}
 			}
 		})
-	}
-	const batches = 40
-	for i := range batches {
-		b := s.NewBatch()
-		b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
-		b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
-		if err := b.Commit(true); err != nil {
-			t.Fatalf("commit %d: %v", i, err)
-		}
-		b.Close()
-	}
-	stop.Store(true)
-	wg.Wait()
-	if n := s.Stats().WALUringSyncs; n == 0 {
-		t.Errorf("no WAL sync went through the ring in %d synced commits with %d goroutines spinning", batches, 4*runtime.GOMAXPROCS(0))
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s, err = Open(dir, Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	seqs := make([]uint64, batches)
-	for i := range seqs {
-		seqs[i] = uint64(i)
-	}
-	got := make([]*core.Message, batches)
-	if err := s.ReadMessages(seqs, got); err != nil {
-		t.Fatal(err)
-	}
-	for i, m := range got {
-		if m == nil || m.Offset != uint64(i) || string(m.Body) != "body" {
-			t.Errorf("after reopening, seq %d = %+v, want offset %d with its body", i, m, i)
-		}
 	}
 }

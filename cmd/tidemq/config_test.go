@@ -21,7 +21,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := config{
-		addr: "127.0.0.1:8080", data: "./data", autoCreate: true, fsync: "always",
+		addr: "127.0.0.1:8080", data: "./data", autoCreate: true, fsync: "always", syncSpin: true,
 		maxMessageBytes: core.DefaultMaxMessageBytes, logLevel: "info", shutdownTimeout: 30 * time.Second,
 		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
 	}
@@ -32,7 +32,7 @@ func TestParseConfigDefaults(t *testing.T) {
 
 func TestParseConfigFlags(t *testing.T) {
 	c, err := parseConfig([]string{
-		"--addr", "127.0.0.1:9999", "--data", "/var/lib/tidemq", "--auto-create=false", "--fsync", "never",
+		"--addr", "127.0.0.1:9999", "--data", "/var/lib/tidemq", "--auto-create=false", "--fsync", "never", "--sync-spin=false",
 		"--max-message-bytes", "1024", "--log-level", "debug", "--shutdown-timeout", "5s",
 	}, envOf(nil))
 	if err != nil {
@@ -52,6 +52,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 	env := map[string]string{
 		"TIDEMQ_ADDR": "127.0.0.1:7000", "TIDEMQ_DATA": "/data", "TIDEMQ_AUTO_CREATE": "false",
 		"TIDEMQ_FSYNC": "never", "TIDEMQ_MAX_MESSAGE_BYTES": "2048", "TIDEMQ_LOG_LEVEL": "warn",
+		"TIDEMQ_SYNC_SPIN": "false",
 	}
 	c, err := parseConfig(nil, envOf(env))
 	if err != nil {
