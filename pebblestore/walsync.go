@@ -20,22 +20,22 @@ import (
 // io-wq worker threads and the syncing goroutine waits without a syscall.
 //
 // How it waits depends on who else wants the CPU. While other goroutines
-// are waiting to run, it parks on an eventfd in the netpoller, giving its
+// are waiting for a P, it parks on an eventfd in the netpoller, giving its
 // P to them. When none is, it polls for the completion (spins), yielding
 // the CPU to other threads between looks (the kernel worker may need this
-// one), for up to walSyncSpin, and parks as soon as another goroutine
-// becomes runnable. The reason is the VM: a CPU left idle through the
-// fsync is halted, and waking it, then the goroutines the commit answers,
-// puts ~100 µs between a lone send's handler and its client that a no-op
-// handler does not pay (timestamps in the handler: 246 µs of a 380 µs
-// round trip). Spinning took the lone send's p50 from 335–359 µs to
-// 311–332 µs (three alternating pairs) for ~120 µs more CPU per send, CPU
-// nobody else was asking for. Options.NoSyncSpin turns it off (where idle
-// CPU is billed, or under a CPU quota); a sync nobody waits on is then the
-// plain syscall, which sleeps. Where io_uring is unavailable every sync is
-// the plain syscall. Same guarantee every way: the call returns once
-// fdatasync(2) has, with its error. Measurements: docs/BENCHMARKS.md,
-// "Issue 10, session 6".
+// one), for up to walSyncSpin, and parks once others have been kept
+// waiting a little while (spinPolicy). The reason is the VM: a CPU left
+// idle through the fsync is halted, and waking it, then the goroutines the
+// commit answers, puts ~100 µs between a lone send's handler and its
+// client that a no-op handler does not pay (timestamps in the handler: 246
+// µs of a 380 µs round trip). Spinning took the lone send's p50 from 382,
+// 434, 389 µs to 342, 333, 326 µs (three alternating pairs) for ~120 µs
+// more CPU per send, CPU nobody else was asking for. Options.NoSyncSpin
+// turns it off (where idle CPU is billed, or under a CPU quota); a sync
+// nobody waits on is then the plain syscall, which sleeps. Where io_uring
+// is unavailable every sync is the plain syscall. Same guarantee every
+// way: the call returns once fdatasync(2) has, with its error.
+// Measurements: docs/BENCHMARKS.md, "Issue 10, session 6".
 
 // walSyncFS hands out WAL files whose SyncData goes through ring. Other
 // files (sstables, blob files, the MANIFEST) are synced by background work
@@ -76,25 +76,61 @@ const walSyncSpin = time.Millisecond
 
 func (f *walFile) SyncData() error {
 	if !f.spin {
-		if othersWaitToRun() {
+		if othersWaitForAP() {
 			return f.ring.fdatasync(f.Fd(), nil)
 		}
 		return f.File.SyncData()
 	}
-	until := time.Now().Add(walSyncSpin)
-	return f.ring.fdatasync(f.Fd(), func() bool { return !othersWaitToRun() && time.Now().Before(until) })
+	spin := spinPolicy{start: time.Now()}
+	return f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), othersWaitForAP()) })
 }
 
-// runnableWaitThreshold: with one producer, the goroutine net/http starts
-// to watch the connection for the next request is usually runnable at the
-// moment of the sync; it can wait. Under load there are dozens.
-const runnableWaitThreshold = 1
+// spinPolicy decides, look by look, whether a sync keeps polling: for at
+// most walSyncSpin, and not once other goroutines have waited for a P for
+// spinWhileOthersWait. A goroutine that becomes runnable while every P is
+// busy is usually running a few µs later (the one net/http starts to
+// watch a connection, a client reading its reply), and parking for it
+// costs the wake-up the spinning is for; one still waiting after that is
+// load, and the spinner's P is better given to it: parking at the first
+// sight of a waiting goroutine lost the lone send's gain, and not parking
+// at all cost the pull + ack mix ~5% (alternating runs).
+type spinPolicy struct {
+	start, othersWaitingSince time.Time
+}
 
-// othersWaitToRun reports whether more goroutines than
-// runnableWaitThreshold are ready to run but have no P (an approximate
-// count: the runtime reads the run queues without stopping them).
-func othersWaitToRun() bool {
-	sample := [1]metrics.Sample{{Name: "/sched/goroutines/runnable:goroutines"}}
+const spinWhileOthersWait = 25 * time.Microsecond
+
+func (p *spinPolicy) keepSpinning(now time.Time, othersWait bool) bool {
+	if now.Sub(p.start) >= walSyncSpin {
+		return false
+	}
+	if !othersWait {
+		p.othersWaitingSince = time.Time{}
+		return true
+	}
+	if p.othersWaitingSince.IsZero() {
+		p.othersWaitingSince = now
+	}
+	return now.Sub(p.othersWaitingSince) < spinWhileOthersWait
+}
+
+// othersWaitForAP reports whether more goroutines are ready to run than
+// there are Ps free to run them, that is, whether a P held by a sync would
+// keep one waiting. The runtime's counts are approximate (it reads the run
+// queues without stopping them), which only moves the choice between two
+// correct waits.
+func othersWaitForAP() bool {
+	sample := [3]metrics.Sample{
+		{Name: "/sched/goroutines/runnable:goroutines"},
+		{Name: "/sched/goroutines/running:goroutines"},
+		{Name: "/sched/gomaxprocs:threads"},
+	}
 	metrics.Read(sample[:])
-	return sample[0].Value.Kind() == metrics.KindUint64 && sample[0].Value.Uint64() > runnableWaitThreshold
+	for _, s := range sample {
+		if s.Value.Kind() != metrics.KindUint64 {
+			return false
+		}
+	}
+	runnable, running, procs := sample[0].Value.Uint64(), sample[1].Value.Uint64(), sample[2].Value.Uint64()
+	return runnable+running > procs
 }

@@ -82,13 +82,13 @@ func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 	}
 }
 
-func TestOthersWaitToRunSeesRunnableGoroutines(t *testing.T) {
+func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	eventually := func(want bool) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); othersWaitToRun() != want; {
+		for deadline := time.Now().Add(5 * time.Second); othersWaitForAP() != want; {
 			if time.Now().After(deadline) {
-				t.Fatalf("othersWaitToRun() stayed %v for 5s", !want)
+				t.Fatalf("othersWaitForAP() stayed %v for 5s", !want)
 			}
 			time.Sleep(time.Millisecond)
 		}
@@ -97,7 +97,7 @@ func TestOthersWaitToRunSeesRunnableGoroutines(t *testing.T) {
 	// With one P, while this goroutine runs, every spinner waits for it.
 	var stop atomic.Bool
 	var wg sync.WaitGroup
-	for range runnableWaitThreshold + 3 {
+	for range 3 {
 		wg.Go(func() {
 			for !stop.Load() {
 				runtime.Gosched()
@@ -177,6 +177,46 @@ func TestWALSyncsThroughRing(t *testing.T) {
 			for i, m := range got {
 				if m == nil || m.Offset != uint64(i) || string(m.Body) != "body" {
 					t.Errorf("after reopening, seq %d = %+v, want offset %d with its body", i, m, i)
+				}
+			}
+		})
+	}
+}
+
+func TestSpinPolicy(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type look struct {
+		at         time.Duration
+		othersWait bool
+		want       bool
+	}
+	for _, tc := range []struct {
+		name  string
+		looks []look
+	}{
+		{"nobody waits: spins until walSyncSpin", []look{
+			{0, false, true}, {500 * time.Microsecond, false, true},
+			{walSyncSpin - time.Nanosecond, false, true}, {walSyncSpin, false, false},
+		}},
+		{"a wait shorter than spinWhileOthersWait is ridden out", []look{
+			{10 * time.Microsecond, true, true}, {10*time.Microsecond + spinWhileOthersWait - time.Nanosecond, true, true},
+			{50 * time.Microsecond, false, true},
+			// A new wait starts its own clock.
+			{60 * time.Microsecond, true, true}, {60*time.Microsecond + spinWhileOthersWait/2, true, true},
+		}},
+		{"a wait that lasts spinWhileOthersWait parks", []look{
+			{10 * time.Microsecond, true, true}, {10*time.Microsecond + spinWhileOthersWait, true, false},
+		}},
+		{"the bound holds even while others come and go", []look{
+			{walSyncSpin - time.Microsecond, true, true}, {walSyncSpin, false, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := spinPolicy{start: t0}
+			for i, l := range tc.looks {
+				if got := p.keepSpinning(at(l.at), l.othersWait); got != l.want {
+					t.Fatalf("look %d at +%v (others wait %v): keepSpinning = %v, want %v", i, l.at, l.othersWait, got, l.want)
 				}
 			}
 		})

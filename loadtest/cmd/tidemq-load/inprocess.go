@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,7 +102,10 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 	}()
 	pprof.Do(context.Background(), serverLabels(), func(context.Context) {
 		var store *pebblestore.Store
-		store, err = pebblestore.Open(dir, pebblestore.Options{Logger: log})
+		// As the binary reads it, so the two fsync waits can be compared.
+		noSpin, _ := strconv.ParseBool(os.Getenv("TIDEMQ_SYNC_SPIN"))
+		noSpin = os.Getenv("TIDEMQ_SYNC_SPIN") != "" && !noSpin
+		store, err = pebblestore.Open(dir, pebblestore.Options{NoSyncSpin: noSpin, Logger: log})
 		if err != nil {
 			return
 		}
