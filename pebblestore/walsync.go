@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"runtime/metrics"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -68,6 +69,12 @@ type walFile struct {
 	vfs.File
 	ring *fsyncRing
 	spin bool
+
+	// sched is reused by every look at the scheduler (a spinning sync
+	// looks every few µs); mu guards it should Pebble ever sync one WAL
+	// from two goroutines.
+	mu    sync.Mutex
+	sched schedSample
 }
 
 // walSyncSpin bounds the polling: past it (a slow disk, a long fsync) the
@@ -76,13 +83,13 @@ const walSyncSpin = time.Millisecond
 
 func (f *walFile) SyncData() error {
 	if !f.spin {
-		if othersWaitForAP() {
+		if f.othersWaitForAP() {
 			return f.ring.fdatasync(f.Fd(), nil)
 		}
 		return f.File.SyncData()
 	}
 	spin := spinPolicy{start: time.Now()}
-	return f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), othersWaitForAP()) })
+	return f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), f.othersWaitForAP()) })
 }
 
 // spinPolicy decides, look by look, whether a sync keeps polling: for at
@@ -114,23 +121,37 @@ func (p *spinPolicy) keepSpinning(now time.Time, othersWait bool) bool {
 	return now.Sub(p.othersWaitingSince) < spinWhileOthersWait
 }
 
+func (f *walFile) othersWaitForAP() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sched.othersWaitForAP()
+}
+
+// schedSample reads the scheduler's counts into samples it keeps, so a look
+// allocates nothing.
+type schedSample struct {
+	samples [3]metrics.Sample
+}
+
 // othersWaitForAP reports whether more goroutines are ready to run than
 // there are Ps free to run them, that is, whether a P held by a sync would
 // keep one waiting. The runtime's counts are approximate (it reads the run
 // queues without stopping them), which only moves the choice between two
 // correct waits.
-func othersWaitForAP() bool {
-	sample := [3]metrics.Sample{
-		{Name: "/sched/goroutines/runnable:goroutines"},
-		{Name: "/sched/goroutines/running:goroutines"},
-		{Name: "/sched/gomaxprocs:threads"},
+func (s *schedSample) othersWaitForAP() bool {
+	if s.samples[0].Name == "" {
+		s.samples = [3]metrics.Sample{
+			{Name: "/sched/goroutines/runnable:goroutines"},
+			{Name: "/sched/goroutines/running:goroutines"},
+			{Name: "/sched/gomaxprocs:threads"},
+		}
 	}
-	metrics.Read(sample[:])
-	for _, s := range sample {
-		if s.Value.Kind() != metrics.KindUint64 {
+	metrics.Read(s.samples[:])
+	for _, x := range s.samples {
+		if x.Value.Kind() != metrics.KindUint64 {
 			return false
 		}
 	}
-	runnable, running, procs := sample[0].Value.Uint64(), sample[1].Value.Uint64(), sample[2].Value.Uint64()
+	runnable, running, procs := s.samples[0].Value.Uint64(), s.samples[1].Value.Uint64(), s.samples[2].Value.Uint64()
 	return runnable+running > procs
 }

@@ -84,6 +84,8 @@ func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 
 func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var sched schedSample
+	othersWaitForAP := sched.othersWaitForAP
 	eventually := func(want bool) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); othersWaitForAP() != want; {
@@ -220,5 +222,13 @@ func TestSpinPolicy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func BenchmarkOthersWaitForAP(b *testing.B) {
+	var sched schedSample
+	b.ReportAllocs()
+	for b.Loop() {
+		sched.othersWaitForAP()
 	}
 }
