@@ -93,7 +93,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
 	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
 	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
-	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring while other work waited for the CPU (the rest are plain syscalls).")
+	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring (the rest are plain syscalls).")
 	if err != nil {
 		return nil, err
 	}
@@ -140,8 +140,8 @@ type StoreStats struct {
 	DiskBytes   int64
 	L0Sublevels int64
 	WriteStalls int64
-	// WALUringSyncs counts WAL syncs handed to a kernel worker so the
-	// syncing goroutine's scheduler thread could run other work.
+	// WALUringSyncs counts WAL syncs handed to a kernel worker through
+	// io_uring, whose goroutine held no scheduler thread while it waited.
 	WALUringSyncs int64
 }
 

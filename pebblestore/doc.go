@@ -90,10 +90,11 @@
 //
 // # WAL syncs
 //
-// On the real disk, Pebble's WAL files are wrapped (walsync.go): when other
-// goroutines are waiting for a scheduler P, a WAL fdatasync is handed to a
-// kernel worker through io_uring and the syncing goroutine parks in the
-// netpoller, instead of holding a P for the whole syscall. Otherwise, and
-// where io_uring is unavailable, it is the plain syscall. Either way the
-// commit returns once the data is durable.
+// On the real disk, Pebble's WAL files are wrapped (walsync.go): a WAL
+// fdatasync is handed to a kernel worker through io_uring, and the syncing
+// goroutine parks in the netpoller when other goroutines wait for a
+// scheduler P, or polls for the completion when none does (Options.
+// NoSyncSpin: the plain syscall then), instead of holding a P through the
+// syscall. Where io_uring is unavailable it is the plain syscall. Either
+// way the commit returns once the data is durable.
 package pebblestore

@@ -121,7 +121,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		// Only on the real disk: a test's FS keeps its own SyncData.
 		ring, err := newFsyncRing()
 		if err != nil {
-			quietLogger{opts.Logger}.logger().Debug("WAL syncs hold a scheduler thread", "reason", err)
+			quietLogger{opts.Logger}.logger().Info("no io_uring: WAL syncs are plain fdatasync calls, each holding a scheduler thread", "reason", err)
 		} else {
 			s.ring = ring
 			po.FS = walSyncFS{FS: vfs.Default, ring: ring, spin: !opts.NoSyncSpin}

@@ -15,8 +15,8 @@ import (
 // on the 2-core VM, ~1 ms in its tail). A goroutine in a blocking syscall
 // keeps its scheduler P until the runtime's monitor thread takes it back,
 // and that monitor sleeps longer the less it has to do: tracing 64
-// single-send producers showed one of the two Ps held by the fsync for
-// ~23% of the run while runnable goroutines waited for it. So the WAL is
+// single-send producers showed an fsync running with one P or none busy
+// for 28–32% of the run, runnable goroutines waiting. So the WAL is
 // synced through io_uring: the kernel runs the fdatasync on one of its
 // io-wq worker threads and the syncing goroutine waits without a syscall.
 //

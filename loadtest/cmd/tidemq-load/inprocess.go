@@ -103,9 +103,14 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 	pprof.Do(context.Background(), serverLabels(), func(context.Context) {
 		var store *pebblestore.Store
 		// As the binary reads it, so the two fsync waits can be compared.
-		noSpin, _ := strconv.ParseBool(os.Getenv("TIDEMQ_SYNC_SPIN"))
-		noSpin = os.Getenv("TIDEMQ_SYNC_SPIN") != "" && !noSpin
-		store, err = pebblestore.Open(dir, pebblestore.Options{NoSyncSpin: noSpin, Logger: log})
+		spin := true
+		if v := os.Getenv("TIDEMQ_SYNC_SPIN"); v != "" {
+			if spin, err = strconv.ParseBool(v); err != nil {
+				err = fmt.Errorf("TIDEMQ_SYNC_SPIN: %w", err)
+				return
+			}
+		}
+		store, err = pebblestore.Open(dir, pebblestore.Options{NoSyncSpin: !spin, Logger: log})
 		if err != nil {
 			return
 		}
