@@ -73,6 +73,16 @@ type uringCQE struct {
 	flags    uint32
 }
 
+// The kernel reads these to the byte: a size that drifts fails the build.
+var (
+	_ [unsafe.Sizeof(uringParams{}) - 120]byte
+	_ [120 - unsafe.Sizeof(uringParams{})]byte
+	_ [unsafe.Sizeof(uringSQE{}) - uringSQESize]byte
+	_ [uringSQESize - unsafe.Sizeof(uringSQE{})]byte
+	_ [unsafe.Sizeof(uringCQE{}) - uringCQESize]byte
+	_ [uringCQESize - unsafe.Sizeof(uringCQE{})]byte
+)
+
 // newFsyncRing sets up the ring, or says why it cannot (no io_uring in the
 // kernel, disabled by sysctl or a seccomp profile): the caller then syncs
 // with the plain syscall.
