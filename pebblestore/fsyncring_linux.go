@@ -134,12 +134,13 @@ func (r *fsyncRing) ringWord(off uint32) *uint32 {
 // fdatasync has a kernel worker fdatasync(2) fd and returns its result.
 // While spinWhile (if not nil) says so, it polls for the completion,
 // yielding the CPU to other threads between looks (the kernel worker may
-// need this one); then it parks.
-func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) error {
+// need this one); then it parks. synced false means the ring did not run
+// the sync (it is set aside) and the caller must, the plain way.
+func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) (synced bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.broken {
-		return plainFdatasync(fd)
+		return false, nil
 	}
 	p := &r.params
 	tail := atomic.LoadUint32(r.ringWord(p.sqOff.tail))
@@ -153,7 +154,7 @@ func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) error {
 		// The entry may still sit in the ring; never entering the ring
 		// again keeps it from completing for a later sync.
 		r.broken = true
-		return plainFdatasync(fd)
+		return false, nil
 	}
 	var counter [8]byte
 	for {
@@ -169,12 +170,12 @@ func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) error {
 				// call decides, so the ring never adds an error (Pebble
 				// treats a failed WAL sync as fatal).
 				r.broken = true
-				return plainFdatasync(fd)
+				return false, nil
 			default:
-				return &os.SyscallError{Syscall: "fdatasync", Err: errno}
+				return true, &os.SyscallError{Syscall: "fdatasync", Err: errno}
 			}
 			r.synced.Add(1)
-			return nil
+			return true, nil
 		}
 		if spinWhile != nil && spinWhile() {
 			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
@@ -185,7 +186,7 @@ func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) error {
 		// count left from an earlier completion that was reaped without
 		// reading it only costs one more turn of this loop.
 		if _, err := r.done.Read(counter[:]); err != nil {
-			return fmt.Errorf("io_uring: wait for fdatasync: %w", err)
+			return true, fmt.Errorf("io_uring: wait for fdatasync: %w", err)
 		}
 	}
 }
@@ -208,19 +209,11 @@ func (r *fsyncRing) syncs() int64 {
 	return r.synced.Load()
 }
 
-func plainFdatasync(fd uintptr) error {
-	for {
-		err := unix.Fdatasync(int(fd))
-		if err != unix.EINTR {
-			if err != nil {
-				return &os.SyscallError{Syscall: "fdatasync", Err: err}
-			}
-			return nil
-		}
-	}
-}
-
+// close releases the ring; a nil ring has nothing to release.
 func (r *fsyncRing) close() error {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error

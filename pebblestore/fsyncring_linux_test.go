@@ -2,15 +2,17 @@ package pebblestore
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
 )
 
 func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 	r := newTestRing(t)
-	f, err := os.Create(filepath.Join(t.TempDir(), "wal"))
+	f, err := vfs.Default.Create(filepath.Join(t.TempDir(), "wal"), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,30 +30,36 @@ func TestFsyncRingSyncsFilesAndReportsErrors(t *testing.T) {
 		if i%2 == 0 {
 			spin = nil
 		}
-		if err := r.fdatasync(f.Fd(), spin); err != nil {
-			t.Fatalf("sync %d (spinning %v): %v", i, spin != nil, err)
+		if synced, err := r.fdatasync(f.Fd(), spin); !synced || err != nil {
+			t.Fatalf("sync %d (spinning %v): synced %v, %v", i, spin != nil, synced, err)
 		}
 	}
 	if got := r.syncs(); got != syncs {
 		t.Errorf("syncs() = %d, want %d", got, syncs)
 	}
 
-	// A pipe cannot be synced: EINVAL, as from fdatasync(2). The ring
+	// A FIFO cannot be synced: EINVAL, as from fdatasync(2). The ring
 	// cannot tell that from a kernel whose ring cannot fsync, so it gives
-	// the plain call the last word and stays out of the way after.
-	pr, pw, err := os.Pipe()
+	// the plain call (Pebble's own SyncData) the last word and stays out
+	// of the way after.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pf, err := vfs.Default.OpenReadWrite(fifo, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pr.Close()
-	defer pw.Close()
-	if err := r.fdatasync(pw.Fd(), spinUntilDone); !errors.Is(err, syscall.EINVAL) {
-		t.Fatalf("fdatasync(pipe) = %v, want EINVAL", err)
+	defer pf.Close()
+	pipeWAL := &walFile{File: pf, ring: r, spin: true}
+	if err := pipeWAL.SyncData(); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("SyncData(fifo) = %v, want EINVAL", err)
 	}
 	if !r.broken {
 		t.Error("after EINVAL from the ring, the ring is still used")
 	}
-	if err := r.fdatasync(f.Fd(), nil); err != nil {
+	wal := &walFile{File: f, ring: r, spin: true}
+	if err := wal.SyncData(); err != nil {
 		t.Fatalf("sync after the failed one: %v", err)
 	}
 	if got := r.syncs(); got != syncs {

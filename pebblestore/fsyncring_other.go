@@ -9,7 +9,7 @@ type fsyncRing struct{}
 
 func newFsyncRing() (*fsyncRing, error) { return nil, errors.New("io_uring is Linux only") }
 
-func (*fsyncRing) fdatasync(uintptr, func() bool) error { return errors.ErrUnsupported }
+func (*fsyncRing) fdatasync(uintptr, func() bool) (bool, error) { return false, nil }
 
 func (*fsyncRing) syncs() int64 { return 0 }
 

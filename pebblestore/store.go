@@ -129,9 +129,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
-		if s.ring != nil {
-			s.ring.close()
-		}
+		s.ring.close()
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
@@ -168,10 +166,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.db.Close()
-	if s.ring != nil {
-		err = errors.Join(err, s.ring.close())
-	}
+	err := errors.Join(s.db.Close(), s.ring.close())
 	if err != nil {
 		return fmt.Errorf("pebblestore: close: %w", err)
 	}

@@ -82,14 +82,19 @@ type walFile struct {
 const walSyncSpin = time.Millisecond
 
 func (f *walFile) SyncData() error {
-	if !f.spin {
-		if f.othersWaitForAP() {
-			return f.ring.fdatasync(f.Fd(), nil)
-		}
-		return f.File.SyncData()
+	var synced bool
+	var err error
+	switch {
+	case f.spin:
+		spin := spinPolicy{start: time.Now()}
+		synced, err = f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), f.othersWaitForAP()) })
+	case f.othersWaitForAP():
+		synced, err = f.ring.fdatasync(f.Fd(), nil)
 	}
-	spin := spinPolicy{start: time.Now()}
-	return f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), f.othersWaitForAP()) })
+	if synced {
+		return err
+	}
+	return f.File.SyncData()
 }
 
 // spinPolicy decides, look by look, whether a sync keeps polling: for at
