@@ -15,7 +15,12 @@
 //	go tool pprof -top -cum -tagfocus side=server cpu.pprof
 //
 // Client and in-process broker share the process: the CPU profile labels
-// every goroutine side=server or side=client.
+// every goroutine side=server or side=client. Where CPU sits idle instead,
+// an execution trace of the phase shows why (goroutines runnable while a
+// P sleeps, a commit's wait):
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases single-p64 -trace c64.trace
+//	go tool trace c64.trace
 //
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
@@ -50,12 +55,12 @@ import (
 )
 
 type config struct {
-	url, token, dir, suite, format, cpuProfile, profilePhase, logLevel, phases string
-	jsonFile, brokerBin, plotFile, seriesFile                                  string
-	inprocess, quiet, noAck, tracing, gzip                                     bool
-	warmup, fillTimeout                                                        time.Duration
-	rounds                                                                     int
-	sc                                                                         loadtest.Scenario
+	url, token, dir, suite, format, cpuProfile, execTrace, profilePhase, logLevel, phases string
+	jsonFile, brokerBin, plotFile, seriesFile                                             string
+	inprocess, quiet, noAck, tracing, gzip                                                bool
+	warmup, fillTimeout                                                                   time.Duration
+	rounds                                                                                int
+	sc                                                                                    loadtest.Scenario
 }
 
 func parseFlags(args []string) (config, error) {
@@ -73,7 +78,8 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the measured run (with -suite, of -profile-phase) to this file")
-	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof)")
+	fs.StringVar(&c.execTrace, "trace", "", "with -suite: write a runtime execution trace (go tool trace) of -profile-phase to this file")
+	fs.StringVar(&c.profilePhase, "profile-phase", "single-p64-1KiB", "suite phases to CPU-profile and trace, comma-separated (with several, -cpuprofile X.pprof becomes X-<phase>.pprof, -trace X.trace X-<phase>.trace)")
 	fs.StringVar(&c.phases, "phases", "", "with -suite targets: run only the phases whose names match this regular expression (targets lacking a phase are left out; a pull phase without the batch phase fills as for 100,000 msg/s)")
 	fs.StringVar(&c.logLevel, "log-level", "error", "in-process broker log level")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
@@ -304,7 +310,7 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 		}
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
-		progress: progress, cpuProfile: c.cpuProfile, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip}
+		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)

@@ -9,9 +9,11 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +37,7 @@ type suite struct {
 	duration      time.Duration
 	progress      io.Writer      // nil: quiet
 	cpuProfile    string         // file for the CPU profile of profilePhases
+	execTrace     string         // file for the runtime execution trace of profilePhases
 	profilePhases []string       // with more than one, each goes to cpuProfile-<phase>.pprof
 	rounds        int            // times the target phases run; the median ratio decides
 	only          *regexp.Regexp // nil: every phase; else the phases whose names match (targets lacking one are left out)
@@ -155,7 +158,21 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 // took.
 func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) (rep loadtest.Report, cpu time.Duration, err error) {
 	sc.Progress = c.progress
-	if path := c.profileFile(name); path != "" {
+	if path := c.phaseFile(c.execTrace, name); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return rep, 0, err
+		}
+		if err := trace.Start(f); err != nil {
+			return rep, 0, errors.Join(err, f.Close())
+		}
+		defer func() {
+			trace.Stop()
+			err = errors.Join(err, f.Close())
+			c.logf("   execution trace in %s (go tool trace)", path)
+		}()
+	}
+	if path := c.phaseFile(c.cpuProfile, name); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
 			return rep, 0, err
@@ -183,15 +200,18 @@ func (p *phase) setCPU(cpu time.Duration, msgs int64, elapsed time.Duration) {
 	}
 }
 
-// profileFile is where the CPU profile of phase name goes, or "".
-func (c *suite) profileFile(name string) string {
-	if c.cpuProfile == "" || c.round > 0 || !slices.Contains(c.profilePhases, name) {
+// phaseFile is where phase name's CPU profile or execution trace goes,
+// given the -cpuprofile or -trace path, or "": with several profiled
+// phases, X.ext becomes X-<phase>.ext.
+func (c *suite) phaseFile(path, name string) string {
+	if path == "" || c.round > 0 || !slices.Contains(c.profilePhases, name) {
 		return ""
 	}
 	if len(c.profilePhases) == 1 {
-		return c.cpuProfile
+		return path
 	}
-	return strings.TrimSuffix(c.cpuProfile, ".pprof") + "-" + name + ".pprof"
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "-" + name + ext
 }
 
 // runLabeled runs sc with its goroutines labelled side=client.

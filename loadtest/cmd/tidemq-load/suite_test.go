@@ -15,12 +15,14 @@ import (
 // TestTargetsSuitePhases runs -suite targets with -phases picking the three
 // phases of the single-producer latency target: only those run (against a
 // real in-process broker, raw Pebble and the no-op handler), and the table
-// holds that target alone, with a ratio worked out from them.
+// holds that target alone, with a ratio worked out from them. Two of them
+// are profiled and traced, each into its own file.
 func TestTargetsSuitePhases(t *testing.T) {
 	dir := t.TempDir()
 	jsonPath := filepath.Join(dir, "targets.json")
 	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-phases", `^(pebble-b1-w1|noop-c1|single-p1)-1KiB$`,
-		"-duration", "400ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json"})
+		"-duration", "400ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json",
+		"-profile-phase", "noop-c1-1KiB,single-p1-1KiB", "-cpuprofile", filepath.Join(dir, "cpu.pprof"), "-trace", filepath.Join(dir, "run.trace")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +56,16 @@ func TestTargetsSuitePhases(t *testing.T) {
 	}
 	if r := res.Targets[0].Ratio; r <= 0 || r > 100 {
 		t.Errorf("ratio %g: want a positive share of the bound", r)
+	}
+	for _, name := range []string{"cpu-noop-c1-1KiB.pprof", "cpu-single-p1-1KiB.pprof", "run-noop-c1-1KiB.trace", "run-single-p1-1KiB.trace"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: want a non-empty file (%v)", name, err)
+		}
+	}
+	for _, name := range []string{"cpu.pprof", "run.trace", "cpu-pebble-b1-w1-1KiB.pprof", "run-pebble-b1-w1-1KiB.trace"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			t.Errorf("%s: written, but no such phase was to be profiled", name)
+		}
 	}
 }
 
