@@ -281,7 +281,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 			drop = append(drop, l)
 			continue
 		}
-		parent := trace.SpanContextFromContext(remoteContext(m.Traceparent))
+		parent := parseTraceparent(m.Traceparent)
 		sc := parent
 		if b.tel.tracing {
 			attrs := attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, consumer, m.ID)

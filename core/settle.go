@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 type settleKind int
@@ -444,7 +443,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs,
 			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: d.Msg.ID}
 		if b.tel.tracing {
-			nd.trace = b.tel.event(trace.SpanContextFromContext(remoteContext(d.Msg.Traceparent)), SpanRedrive,
+			nd.trace = b.tel.event(parseTraceparent(d.Msg.Traceparent), SpanRedrive,
 				b.now(), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
 		}
 		c.addRetry(nd)

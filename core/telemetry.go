@@ -173,7 +173,8 @@ func appendMessageAttrs(attrs []attribute.KeyValue, topic string, m *Message) []
 }
 
 // parseTraceparent reads a W3C traceparent (version 00) into a remote span
-// context; anything else gives an invalid one. core parses it itself: the
+// context, the parent of a stored message's later spans; anything else
+// gives the empty one. core parses it itself: the
 // OTel propagation package would pull net/http into core.
 func parseTraceparent(tp string) trace.SpanContext {
 	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
@@ -192,16 +193,10 @@ func parseTraceparent(tp string) trace.SpanContext {
 	}
 	cfg.TraceFlags = trace.TraceFlags(flags[0]) & trace.FlagsSampled
 	cfg.Remote = true
-	return trace.NewSpanContext(cfg)
-}
-
-// remoteContext turns a stored traceparent into a parent context.
-func remoteContext(traceparent string) context.Context {
-	sc := parseTraceparent(traceparent)
-	if !sc.IsValid() {
-		return context.Background()
+	if sc := trace.NewSpanContext(cfg); sc.IsValid() {
+		return sc
 	}
-	return trace.ContextWithRemoteSpanContext(context.Background(), sc)
+	return trace.SpanContext{} // all-zero ids: no parent at all
 }
 
 // formatTraceparent writes a span context in W3C form, "" when invalid.

@@ -5,10 +5,10 @@ import (
 	"context"
 
 	"errors"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
 )
 
 func heapRemove(h *leaseHeap, d *delivery) {
@@ -211,7 +211,7 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 			d.ready = true
 			c.released = append(c.released, d)
 			if !d.trace.IsValid() {
-				d.trace = trace.SpanContextFromContext(remoteContext(p.Msg.Traceparent))
+				d.trace = parseTraceparent(p.Msg.Traceparent)
 				d.msgID = p.Msg.ID
 			}
 			if b.tel.tracing {
@@ -258,7 +258,7 @@ func (b *Broker) appendDelayed(ps []*Parked) error {
 		for i, p := range ps {
 			m := p.Msg
 			if b.tel.tracing {
-				b.tel.event(trace.SpanContextFromContext(remoteContext(m.Traceparent)), SpanDelayFire, now, messageAttrs(t.rec.Name, m)...)
+				b.tel.event(parseTraceparent(m.Traceparent), SpanDelayFire, now, messageAttrs(t.rec.Name, m)...)
 			}
 			m.TopicID = topicID
 			if m.QueueID >= nq {
