@@ -24,7 +24,9 @@ func (r receipt) String() string {
 	binary.BigEndian.PutUint32(raw[5:], r.queueID)
 	binary.BigEndian.PutUint64(raw[9:], r.offset)
 	binary.BigEndian.PutUint64(raw[17:], r.leaseID)
-	return base64.RawURLEncoding.EncodeToString(raw[:])
+	var text [34]byte // RawURLEncoding.EncodedLen(25): one allocation, the string's
+	base64.RawURLEncoding.Encode(text[:], raw[:])
+	return string(text[:])
 }
 
 func parseReceipt(s string) (receipt, bool) {
