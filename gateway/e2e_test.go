@@ -949,6 +949,12 @@ func TestE2EUnsupportedMediaType(t *testing.T) {
 	if got := c.getTopic("media").Messages; got != 0 {
 		t.Errorf("%d messages stored by refused requests", got)
 	}
+	// The accepted types with parameters or in other cases are the same types.
+	c.send("media", map[string]any{"body": "x"}, hdr{"Content-Type": "Application/JSON; charset=utf-8"})
+	c.send("media", "raw", hdr{"Content-Type": "application/OCTET-STREAM ; x=y"})
+	if got := c.getTopic("media").Messages; got != 2 {
+		t.Errorf("%d messages stored, want the 2 sent with parameterised types", got)
+	}
 }
 
 func TestE2EMessageTooLarge(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -77,7 +76,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 }
 
 func isRaw(r *http.Request) bool {
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	mt, _ := mediaType(r.Header.Get("Content-Type"))
 	return mt == "application/octet-stream"
 }
 
