@@ -28,25 +28,29 @@ import (
 // invalid UTF-8 are refused (RFC 8259 leaves duplicates undefined; which
 // one wins would be a guess), as is a body with anything after its value.
 
-var decoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
+var bodyReaders = sync.Pool{New: func() any { return &bodyReader{dec: new(jsontext.Decoder)} }}
 
 // bodyReader reads one request body. Strings it returns may alias body:
 // readBody allocates a fresh buffer for every request and nothing writes to
-// it afterwards.
+// it afterwards. Readers are pooled with their decoder and buffer, so a
+// request's decode allocates neither.
 type bodyReader struct {
 	dec *jsontext.Decoder
+	buf bytes.Buffer // over the body: a bytes.Buffer is parsed in place, without a copy
 }
 
 func newBodyReader(body []byte) *bodyReader {
-	br := &bodyReader{dec: decoders.Get().(*jsontext.Decoder)}
-	// A bytes.Buffer is parsed in place, without a copy.
-	br.dec.Reset(bytes.NewBuffer(body))
+	br := bodyReaders.Get().(*bodyReader)
+	br.buf = *bytes.NewBuffer(body)
+	br.dec.Reset(&br.buf)
 	return br
 }
 
+// release returns br to the pool, holding on to no body.
 func (br *bodyReader) release() {
-	br.dec.Reset(bytes.NewBuffer(nil))
-	decoders.Put(br.dec)
+	br.buf = bytes.Buffer{}
+	br.dec.Reset(&br.buf)
+	bodyReaders.Put(br)
 }
 
 // fieldError is a body that breaks its schema, at the JSON pointer where.
