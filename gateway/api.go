@@ -442,12 +442,14 @@ func appendPulled(dst []byte, d core.Delivered) []byte {
 	return append(dst, '}')
 }
 
-func pullReplyJSON(got []core.Delivered) []byte {
-	size := 16
+// pullReplyJSON appends the reply to a pull to dst, growing it once, to
+// the size the reply can take.
+func pullReplyJSON(dst []byte, got []core.Delivered) []byte {
+	size := 17 // with the newline writeBody adds
 	for _, d := range got {
 		size += 400 + len(d.Message.Body)*4/3
 	}
-	out := append(make([]byte, 0, size), `{"messages":[`...)
+	out := append(slices.Grow(dst, size), `{"messages":[`...)
 	for i, d := range got {
 		if i > 0 {
 			out = append(out, ',')
