@@ -268,6 +268,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	traces := make([]trace.SpanContext, 0, len(got))
 	kept := make([]leased, 0, len(got))
 	var drop []leased
+	var spanAttrs []attribute.KeyValue // each delivery's, in turn
 	now := b.now()
 	var bytes int64
 	msgs, err := b.readAllLeased(got)
@@ -284,8 +285,8 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 		parent := parseTraceparent(m.Traceparent)
 		sc := parent
 		if b.tel.tracing {
-			attrs := attemptAttrs(topicName, group, m.QueueID, m.Offset, l.attempt, consumer, m.ID)
-			sc = b.tel.event(parent, SpanDeliver, now, attrs...)
+			spanAttrs = appendAttemptAttrs(spanAttrs[:0], topicName, group, m.QueueID, m.Offset, l.attempt, consumer, m.ID)
+			sc = b.tel.event(parent, SpanDeliver, now, spanAttrs...)
 		}
 		traces = append(traces, sc)
 		kept = append(kept, l)

@@ -171,6 +171,11 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 	writes := extra
 	var firstDue int64
 	subID, topicID := s.id, s.rec.TopicID
+	// For the spans: the topic's name and the time, taken at the first;
+	// each span's attributes, in one buffer in turn.
+	var topic string
+	var spanAt time.Time
+	var attrs []attribute.KeyValue
 	for _, d := range ds {
 		outcome := kind
 		if outcome == settleNack && d.attempt >= s.rec.MaxRetries+1 {
@@ -188,11 +193,14 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				ho, span = OutcomeDeadLetter, SpanDead
 			}
 			if b.tel.tracing {
-				attrs := s.settleAttrs(d)
+				if topic == "" {
+					topic, spanAt = b.topicName(s.topic), b.now()
+				}
+				attrs = appendAttemptAttrs(attrs[:0], topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer, d.msgID)
 				if reason != "" {
 					attrs = append(attrs, attribute.String("tidemq.reason", reason))
 				}
-				b.tel.event(d.trace, span, b.now(), attrs...)
+				b.tel.event(d.trace, span, spanAt, attrs...)
 			}
 			h := s.history(c, d, ho, reason, nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })

@@ -334,8 +334,13 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 // attemptAttrs are the attributes of one delivery attempt's spans; msgID
 // is left out when unknown.
 func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int, consumer, msgID string) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs,
+	return appendAttemptAttrs(make([]attribute.KeyValue, 0, 9), topic, group, queue, offset, attempt, consumer, msgID)
+}
+
+// appendAttemptAttrs is attemptAttrs into dst: a pull or an ack of many
+// messages reuses one buffer, as spans copy (or encode) their attributes.
+func appendAttemptAttrs(dst []attribute.KeyValue, topic, group string, queue uint32, offset uint64, attempt int, consumer, msgID string) []attribute.KeyValue {
+	dst = append(dst,
 		attribute.String("messaging.system", "tidemq"),
 		attribute.String("messaging.destination.name", topic),
 		attribute.String("messaging.consumer.group.name", group),
@@ -345,7 +350,7 @@ func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int,
 		attribute.String("messaging.client.id", consumer),
 	)
 	if msgID != "" {
-		attrs = append(attrs, attribute.String("messaging.message.id", msgID))
+		dst = append(dst, attribute.String("messaging.message.id", msgID))
 	}
-	return attrs
+	return dst
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -216,6 +217,83 @@ func TestMessageLifeIsOneTrace(t *testing.T) {
 				if !seen {
 					t.Errorf("no %s span", name)
 				}
+			}
+		})
+	}
+}
+
+// TestSpansOfManyMessagesKeepTheirOwnAttributes pulls, acks and nacks
+// several messages in one call each: every deliver, ack and nack span
+// names its own message, offset and trace (the calls reuse one attribute
+// buffer across their messages).
+func TestSpansOfManyMessagesKeepTheirOwnAttributes(t *testing.T) {
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := context.Background()
+			if _, _, err := b.PutTopic(ctx, "many", core.TopicConfig{Queues: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.PutSubscription(ctx, "many", "g", core.SubscriptionConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			msgs := make([]*core.Message, 6)
+			for i := range msgs {
+				msgs[i] = &core.Message{Body: []byte{byte('a' + i)}}
+			}
+			res, err := b.Send(ctx, "many", msgs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			offsetOf := map[string]string{} // message id → offset
+			for _, r := range res {
+				offsetOf[r.MessageID] = strconv.FormatUint(r.Offset, 10)
+			}
+			got, err := b.Pull(ctx, "many", "g", core.PullRequest{MaxMessages: 6, ConsumerID: "c1"})
+			if err != nil || len(got) != 6 {
+				t.Fatalf("pull: %v, %d messages", err, len(got))
+			}
+			var acks, nacks []string
+			for i, d := range got {
+				if i%2 == 0 {
+					acks = append(acks, d.ReceiptHandle)
+				} else {
+					nacks = append(nacks, d.ReceiptHandle)
+				}
+			}
+			if n, _, err := b.Ack(ctx, "many", "g", acks); err != nil || n != 3 {
+				t.Fatalf("ack: %d, %v", n, err)
+			}
+			if n, _, err := b.Nack(ctx, "many", "g", nacks, 0, "try later"); err != nil || n != 3 {
+				t.Fatalf("nack: %d, %v", n, err)
+			}
+			traceOf := map[string]trace.TraceID{} // message id → its send span's trace
+			for _, s := range ended() {
+				if s.Name() == core.SpanSend {
+					id, _ := spanAttr(s, "messaging.message.id")
+					traceOf[id] = s.SpanContext().TraceID()
+				}
+			}
+			seen := map[string]int{}
+			for _, s := range ended() {
+				name := s.Name()
+				if name != core.SpanDeliver && name != core.SpanAck && name != core.SpanNack {
+					continue
+				}
+				id, _ := spanAttr(s, "messaging.message.id")
+				seen[name]++
+				if off, _ := spanAttr(s, "messaging.message.offset"); off != offsetOf[id] {
+					t.Errorf("%s of %s: offset %s, want %s", name, id, off, offsetOf[id])
+				}
+				if s.SpanContext().TraceID() != traceOf[id] {
+					t.Errorf("%s of %s: not in that message's trace", name, id)
+				}
+				if reason, has := spanAttr(s, "tidemq.reason"); (name == core.SpanNack) != has || (has && reason != "try later") {
+					t.Errorf("%s of %s: reason %q (%v)", name, id, reason, has)
+				}
+			}
+			if seen[core.SpanDeliver] != 6 || seen[core.SpanAck] != 3 || seen[core.SpanNack] != 3 {
+				t.Errorf("spans seen %v, want 6 deliver, 3 ack, 3 nack", seen)
 			}
 		})
 	}
