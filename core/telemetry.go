@@ -94,9 +94,14 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
 	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
 	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring (the rest are plain syscalls).")
+	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
 		return nil, err
 	}
+	// A tracer provider that drops spans under load (internal/otlpspans'
+	// does, as the SDK's batch processor does) says how many: an operator
+	// sees tracing go lossy instead of guessing from gaps in Jaeger.
+	dropper, _ := tp.(interface{ Dropped() uint64 })
 	t.registered, err = m.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		o.ObserveInt64(parked, t.longPolls.Load())
 		for _, ti := range b.ListTopics() {
@@ -119,8 +124,11 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(stalls, stats.WriteStalls)
 			o.ObserveInt64(uringSyncs, stats.WALUringSyncs)
 		}
+		if dropper != nil {
+			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
+		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs, spansDropped)
 	return t, err
 }
 

@@ -3,6 +3,8 @@ package core_test
 import (
 	"context"
 	"errors"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -388,4 +390,72 @@ func TestFailedSendSpanHasError(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDroppedSpansAreAMetric stalls the collector so the exporter's queue
+// (one batch of 4) fills: sends go on, spans are dropped, and the broker's
+// tidemq.trace.spans_dropped reports exactly the provider's count.
+func TestDroppedSpansAreAMetric(t *testing.T) {
+	release := make(chan struct{})
+	col := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		<-release
+	}))
+	t.Cleanup(col.Close)
+	exp, err := otlpspans.New(otlpspans.Config{Endpoint: col.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := otlpspans.NewProvider(exp, otlpspans.ProviderConfig{BatchSize: 4, QueueSize: 4, ExportTimeout: time.Minute})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(ctx)
+	})
+	t.Cleanup(func() { close(release) }) // before Shutdown: the stalled export ends
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	store, err := pebblestore.Open("db", pebblestore.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := core.New(store, core.Options{AutoCreate: true, TracerProvider: p, MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+		if err := store.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	for range 10 {
+		msgs := []*core.Message{{Body: []byte("a")}, {Body: []byte("b")}, {Body: []byte("c")}, {Body: []byte("d")}}
+		if _, err := b.Send(context.Background(), "dropped", msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dropped := p.Dropped()
+	if dropped == 0 {
+		t.Fatal("no span dropped behind a stalled collector with a queue of 4")
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "tidemq.trace.spans_dropped" {
+				continue
+			}
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			if !ok || len(g.DataPoints) != 1 || g.DataPoints[0].Value != int64(dropped) {
+				t.Fatalf("tidemq.trace.spans_dropped = %+v, want one point of %d", m.Data, dropped)
+			}
+			return
+		}
+	}
+	t.Fatal("no tidemq.trace.spans_dropped metric")
 }
