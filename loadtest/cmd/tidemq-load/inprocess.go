@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -131,6 +132,7 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 			}
 			// As the binary exports over OTLP/HTTP, with the OTEL_BSP defaults.
 			stp := otlpspans.NewProvider(exp, otlpspans.ProviderConfig{})
+			spanProviders.add(stp)
 			closers = append(closers, func() error { return stp.Shutdown(context.Background()) })
 			tp = stp
 		}
@@ -166,4 +168,31 @@ func startBroker(baseDir string, log *slog.Logger) (s *server, err error) {
 	}
 	s.dir = dir
 	return s, nil
+}
+
+// spanProviders are the in-process brokers' span providers, closed ones
+// included, so that a phase can count the spans dropped while it ran.
+var spanProviders providerList
+
+type providerList struct {
+	mu  sync.Mutex
+	all []*otlpspans.Provider
+}
+
+func (l *providerList) add(p *otlpspans.Provider) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, p)
+}
+
+// spansDroppedSoFar is how many spans every in-process broker has dropped
+// because its export queue was full.
+func spansDroppedSoFar() uint64 {
+	spanProviders.mu.Lock()
+	defer spanProviders.mu.Unlock()
+	var n uint64
+	for _, p := range spanProviders.all {
+		n += p.Dropped()
+	}
+	return n
 }

@@ -62,8 +62,12 @@ type phase struct {
 	CPUPerMsg time.Duration    `json:"cpuPerMsgNs"`
 	Cores     float64          `json:"cores"`
 	Errors    map[string]int64 `json:"errors,omitempty"`
-	Report    *loadtest.Report `json:"report,omitempty"`
-	Pebble    *pebbleResult    `json:"pebble,omitempty"`
+	// SpansDropped is how many spans the in-process broker dropped while
+	// measuring because its export queue was full: that much tracing went
+	// unpaid (its export), so a phase with many is less traced than asked.
+	SpansDropped uint64           `json:"spansDropped,omitempty"`
+	Report       *loadtest.Report `json:"report,omitempty"`
+	Pebble       *pebbleResult    `json:"pebble,omitempty"`
 }
 
 // target is one line of the table.
@@ -138,13 +142,13 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 		}
 	}
 	sc.Duration = c.duration
-	rep, cpu, err := c.measure(ctx, name, sc)
+	rep, use, err := c.measure(ctx, name, sc)
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	ph := phase{Name: name, Round: c.round + 1, Kind: kind, Description: desc, MsgsPerSec: rep.SendRate, Latency: rep.Send.Latency,
-		Errors: rep.Send.Errors, Report: &rep}
-	ph.setCPU(cpu, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
+		Errors: rep.Send.Errors, Report: &rep, SpansDropped: use.spansDropped}
+	ph.setCPU(use.cpu, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
 	c.logf("   %.0f msg/s, send %s, errors %d, CPU %s/msg on %.2f cores", ph.MsgsPerSec, ph.Latency, rep.Send.ErrorCount(), dur(ph.CPUPerMsg), ph.Cores)
 	if sc.Consumers.Count > 0 {
 		c.logf("   delivered %d of %d sent, end to end %s", rep.Delivered, rep.Sent, rep.EndToEnd)
@@ -154,17 +158,16 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 }
 
 // measure runs sc with progress lines, CPU-profiled when name is one of
-// the profiled phases, and returns its report and the process CPU time it
-// took.
-func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) (rep loadtest.Report, cpu time.Duration, err error) {
+// the profiled phases, and returns its report and what it cost.
+func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) (rep loadtest.Report, use usage, err error) {
 	sc.Progress = c.progress
 	if path := c.phaseFile(c.execTrace, name); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return rep, 0, err
+			return rep, use, err
 		}
 		if err := trace.Start(f); err != nil {
-			return rep, 0, errors.Join(err, f.Close())
+			return rep, use, errors.Join(err, f.Close())
 		}
 		defer func() {
 			trace.Stop()
@@ -175,10 +178,10 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 	if path := c.phaseFile(c.cpuProfile, name); path != "" {
 		f, err := os.Create(path)
 		if err != nil {
-			return rep, 0, err
+			return rep, use, err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return rep, 0, errors.Join(err, f.Close())
+			return rep, use, errors.Join(err, f.Close())
 		}
 		defer func() {
 			pprof.StopCPUProfile()
@@ -186,9 +189,15 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 			c.logf("   CPU profile in %s (go tool pprof -tagfocus side=server …)", path)
 		}()
 	}
-	cpu0 := cpuTime()
+	cpu0, dropped0 := cpuTime(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
-	return rep, cpuTime() - cpu0, err
+	return rep, usage{cpu: cpuTime() - cpu0, spansDropped: spansDroppedSoFar() - dropped0}, err
+}
+
+// usage is what a measured run cost beyond its report.
+type usage struct {
+	cpu          time.Duration // the process's
+	spansDropped uint64        // by in-process brokers' span exporters
 }
 
 func (p *phase) setCPU(cpu time.Duration, msgs int64, elapsed time.Duration) {
@@ -309,11 +318,12 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 		return p, fmt.Errorf("%s: the warm-up drained the whole backlog of %d: fill more", name, filled.Sent)
 	}
 	sc.Duration, sc.Messages = c.duration, left
-	rep, cpu, err := c.measure(ctx, name, sc)
+	rep, use, err := c.measure(ctx, name, sc)
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", name, err)
 	}
-	p = pullPhaseOf(name, c.round+1, desc, rep, cpu)
+	p = pullPhaseOf(name, c.round+1, desc, rep, use.cpu)
+	p.SpansDropped = use.spansDropped
 	c.logf("   %s msg/s acked (%s in %.2fs, of %s left after the warm-up), pull %s, errors %s, CPU %s/msg on %.2f cores",
 		thousands(p.MsgsPerSec), thousands(float64(rep.Acked)), time.Duration(rep.Elapsed).Seconds(), thousands(float64(left)), p.Latency,
 		errorsCell(p.Errors), dur(p.CPUPerMsg), p.Cores)
@@ -546,19 +556,20 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 	if len(r.Targets) > 0 && len(r.Targets[0].Rounds) > 1 {
 		b.WriteString("\nWith several rounds, the ratio is the median of the rounds' (with an even number, the mean of the middle two), measured and baseline are the median round's (the lower middle one), and every round's phases are below.\n")
 	}
-	b.WriteString("\n### Phases\n\n| phase | round | what | msg/s | p50 | p99 | p99.9 | max | CPU/msg | cores used | errors |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("\n### Phases\n\n| phase | round | what | msg/s | p50 | p99 | p99.9 | max | CPU/msg | cores used | spans dropped | errors |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Phases {
 		l := p.Latency
 		errs := "0"
 		if len(p.Errors) > 0 {
 			errs = fmt.Sprint(p.Errors)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", p.Name, p.Round, p.Description, thousands(p.MsgsPerSec),
-			dur(l.P50), dur(l.P99), dur(l.P999), dur(l.Max), dur(p.CPUPerMsg), p.Cores, errs)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", p.Name, p.Round, p.Description, thousands(p.MsgsPerSec),
+			dur(l.P50), dur(l.P99), dur(l.P999), dur(l.Max), dur(p.CPUPerMsg), p.Cores, thousands(float64(p.SpansDropped)), errs)
 	}
 	b.WriteString("\nLatency is per send request for HTTP phases (per batch for batch sends), per pull that returned messages for the pull phase (whose msg/s is messages acked), and per synced commit for Pebble phases. " +
 		"CPU/msg is this process's CPU time (user+system: load generator and in-process server together, or Pebble) per message while measuring; " +
-		"cores used is that CPU time over wall time, out of the machine's CPUs — well below them means other processes took the rest.\n")
+		"cores used is that CPU time over wall time, out of the machine's CPUs — well below them means other processes took the rest. " +
+		"Spans dropped are the in-process broker's, while measuring, because its export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full: spans made and encoded but not exported.\n")
 	for _, p := range r.Phases {
 		if p.Report != nil && p.Report.Scenario.Consumers.Count > 0 {
 			fmt.Fprintf(&b, "\n### Phase %s, round %d (with consumers)\n\n", p.Name, p.Round)
