@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -302,7 +303,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	s.mu.Lock()
 	for i, l := range kept {
 		if d := c.deliveries[dkey{l.queue, l.offset}]; d != nil && d.leaseID == l.leaseID {
-			d.msgID, d.trace = out[i].Message.ID, traces[i]
+			d.msgID, d.trace = strings.Clone(out[i].Message.ID), traces[i] // not the record it came in: it lives until settled
 		}
 	}
 	s.mu.Unlock()

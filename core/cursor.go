@@ -55,8 +55,9 @@ type delivery struct {
 	consumer   string
 	leasedAtMs int64
 	heapIndex  int
-	// Known once the message was read for its first delivery: its id, and
-	// the span context its later spans (ack, nack, …) are children of.
+	// Known once the message was read for its first delivery: its id (a
+	// copy: a read message's strings share its body's allocation), and the
+	// span context its later spans (ack, nack, …) are children of.
 	msgID string
 	trace trace.SpanContext
 }

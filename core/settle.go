@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -449,7 +450,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			b.PutParked(p)
 		})
 		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs,
-			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: d.Msg.ID}
+			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: strings.Clone(d.Msg.ID)}
 		if b.tel.tracing {
 			nd.trace = b.tel.event(parseTraceparent(d.Msg.Traceparent), SpanRedrive,
 				b.now(), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)

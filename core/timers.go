@@ -3,6 +3,7 @@ package core
 import (
 	"container/heap"
 	"context"
+	"strings"
 
 	"errors"
 	"sync"
@@ -212,7 +213,7 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 			c.released = append(c.released, d)
 			if !d.trace.IsValid() {
 				d.trace = parseTraceparent(p.Msg.Traceparent)
-				d.msgID = p.Msg.ID
+				d.msgID = strings.Clone(p.Msg.ID)
 			}
 			if b.tel.tracing {
 				b.tel.event(d.trace, SpanRetry, b.now(), append(s.settleAttrs(d), attribute.String("tidemq.reason", p.Reason))...)

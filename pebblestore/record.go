@@ -1,10 +1,12 @@
 package pebblestore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -78,6 +80,9 @@ func encodeRecord(dst []byte, m *core.Message) []byte {
 type recordReader struct {
 	b   []byte
 	err error
+	// owned: b is the reader's own copy, never written again, so strings
+	// may alias it instead of each being copied out.
+	owned bool
 }
 
 // readVarint reads one varint with decode (binary.Uvarint or
@@ -108,7 +113,12 @@ func (r *recordReader) string() string {
 		r.err = errCorrupt
 		return ""
 	}
-	s := string(r.b[:n])
+	var s string
+	if r.owned {
+		s = unsafe.String(unsafe.SliceData(r.b), int(n))
+	} else {
+		s = string(r.b[:n])
+	}
 	r.b = r.b[n:]
 	return s
 }
@@ -134,12 +144,23 @@ func (r *recordReader) u64() uint64 {
 }
 
 // decodeRecord parses a record; it copies what it keeps, so b may be reused.
+//
+// A record with its body stored as is (all bodies up to 4 KiB) is copied
+// once, whole: the body is the copy's tail (writing to it or appending to
+// it never reaches the head) and the head's strings point into the copy's
+// head, which nothing writes to again. A pulled message
+// was a body, an id, a traceparent and every property key and value
+// allocated apart. A string kept past the message (a delivery's message
+// id) keeps the whole copy alive, so such a holder clones it.
 func decodeRecord(b []byte, seq uint64) (*core.Message, error) {
 	if len(b) < 2 || b[0] != recordVersion {
 		return nil, errCorrupt
 	}
 	flags := b[1]
 	r := recordReader{b: b[2:]}
+	if flags&flagCompressed == 0 {
+		r.b, r.owned = bytes.Clone(r.b), true
+	}
 	m := &core.Message{Seq: seq, BodyBase64: flags&flagBase64 != 0}
 	m.ID = r.string()
 	m.TopicID = r.u32()
@@ -178,7 +199,7 @@ func decodeRecord(b []byte, seq uint64) (*core.Message, error) {
 		}
 		m.Body = body
 	} else {
-		m.Body = append([]byte(nil), r.b...)
+		m.Body = r.b
 	}
 	return m, nil
 }

@@ -84,6 +84,16 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 		clear(enc2)
 		wantSameMessage(t, got2, m)
+
+		// Its body may be written over and appended to: the strings, which
+		// may share the body's allocation, stay as they were.
+		for i := range got2.Body {
+			got2.Body[i] = '!'
+		}
+		got2.Body = append(got2.Body, "more"...)
+		rest := *m
+		rest.Body = got2.Body
+		wantSameMessage(t, got2, &rest)
 	}
 }
 
