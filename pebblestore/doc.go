@@ -76,6 +76,11 @@
 // each block read costs a pread and a cache allocation. A
 // batch's index entries (Q, I, T) are buffered and added sorted at commit,
 // after its log entries, so each memtable insert follows the previous one.
+// Reading a record whose body is stored as is (bodies up to 4 KiB; larger
+// ones are zstd frames) copies the value once: the body is the copy's tail
+// and the message's strings point into its head (record.go), so a read
+// message is one allocation plus its struct and properties map; whoever
+// keeps one of its strings past the message clones it.
 //
 // A flush writes keys of every prefix at once (a commit appends to L, Q,
 // I and q; an ack to H, A and C), so each L0 file spans nearly the whole
