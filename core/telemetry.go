@@ -182,8 +182,8 @@ func appendMessageAttrs(attrs []attribute.KeyValue, topic string, m *Message) []
 
 // parseTraceparent reads a W3C traceparent (version 00) into a remote span
 // context, the parent of a stored message's later spans; anything else
-// gives the empty one. core parses it itself: the
-// OTel propagation package would pull net/http into core.
+// gives the empty one. core parses it itself: the OTel propagation package
+// would pull net/http into core.
 func parseTraceparent(tp string) trace.SpanContext {
 	if len(tp) != 55 || tp[:3] != "00-" || tp[35] != '-' || tp[52] != '-' {
 		return trace.SpanContext{}

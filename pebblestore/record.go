@@ -148,10 +148,10 @@ func (r *recordReader) u64() uint64 {
 // A record with its body stored as is (all bodies up to 4 KiB) is copied
 // once, whole: the body is the copy's tail (writing to it or appending to
 // it never reaches the head) and the head's strings point into the copy's
-// head, which nothing writes to again. A pulled message
-// was a body, an id, a traceparent and every property key and value
-// allocated apart. A string kept past the message (a delivery's message
-// id) keeps the whole copy alive, so such a holder clones it.
+// head, which nothing writes to again. A pulled message was a body, an
+// id, a traceparent and every property key and value allocated apart. A
+// string kept past the message (a delivery's message id) keeps the whole
+// copy alive, so such a holder clones it.
 func decodeRecord(b []byte, seq uint64) (*core.Message, error) {
 	if len(b) < 2 || b[0] != recordVersion {
 		return nil, errCorrupt
