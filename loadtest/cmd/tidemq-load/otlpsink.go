@@ -36,7 +36,8 @@ type otlpSink struct {
 	exports  atomic.Int64
 	received atomic.Int64
 	spans    atomic.Int64
-	bad      atomic.Int64 // exports that were not a well-formed ExportTraceServiceRequest
+	bad      atomic.Int64 // exports read whole that were not a well-formed ExportTraceServiceRequest
+	cut      atomic.Int64 // exports whose body ended early (a broker killed while exporting)
 }
 
 func startOTLPSink() (*otlpSink, error) {
@@ -56,7 +57,10 @@ func startOTLPSink() (*otlpSink, error) {
 		}
 		defer bufs.Put(buf)
 		buf.Reset()
-		_, _ = buf.ReadFrom(r.Body)
+		if _, err := buf.ReadFrom(r.Body); err != nil {
+			s.cut.Add(1)
+			return
+		}
 		body := buf.Bytes()
 		s.exports.Add(1)
 		s.received.Add(int64(len(body)))
@@ -86,6 +90,9 @@ func (s *otlpSink) String() string {
 		s.exports.Load(), s.spans.Load(), float64(s.received.Load())/1e6)
 	if bad := s.bad.Load(); bad > 0 {
 		out += fmt.Sprintf(", %d malformed exports", bad)
+	}
+	if cut := s.cut.Load(); cut > 0 {
+		out += fmt.Sprintf(", %d exports cut short", cut)
 	}
 	return out
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,24 +47,31 @@ type brokerProc struct {
 	logPath string
 }
 
-// startBrokerProc starts bin on dataDir on a free loopback port, with
-// --fsync always and --log-level warn, its stdout and stderr appended to
-// logPath, and waits until GET /readyz answers 200. It returns the time
-// from starting the process to that answer. The environment is the load
-// tester's without TIDEMQ_* and OTEL_* variables: the flags say it all, and
-// no tokens, telemetry export or other setting slips in.
+// startBrokerProc starts bin on dataDir on a loopback port of its own
+// choosing, with --fsync always and --log-level info, its stdout and
+// stderr appended to logPath, and waits until GET /readyz answers 200. It
+// returns the time from starting the process to that answer. The
+// environment is the load tester's without TIDEMQ_* and OTEL_* variables:
+// the flags say it all, and no tokens, telemetry export or other setting
+// slips in.
+//
+// The broker binds port 0 and the address comes from its "tidemq
+// listening" log line. A port picked here and handed over could be taken
+// in between by another program (under go test ./..., by another
+// package's test server), and a /readyz answered by that server passed
+// for ours while our broker had failed to bind.
 func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTimeout time.Duration) (p *brokerProc, ready time.Duration, err error) {
-	addr, err := freeAddr()
-	if err != nil {
-		return nil, 0, err
-	}
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer logf.Close() // the child has its own descriptor
-	args := []string{"--data", dataDir, "--addr", addr, "--fsync", "always", "--log-level", "warn"}
+	args := []string{"--data", dataDir, "--addr", "127.0.0.1:0", "--fsync", "always", "--log-level", "info"}
 	fmt.Fprintf(logf, "=== tidemq-load %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
+	logStart, err := logf.Seek(0, io.SeekEnd) // this run's lines follow
+	if err != nil {
+		return nil, 0, err
+	}
 	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "TIDEMQ_") && !strings.HasPrefix(kv, "OTEL_") {
@@ -77,7 +83,7 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setPdeathsig(cmd)
-	p = &brokerProc{URL: "http://" + addr, cmd: cmd, done: make(chan struct{}), logPath: logPath}
+	p = &brokerProc{cmd: cmd, done: make(chan struct{}), logPath: logPath}
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, 0, fmt.Errorf("starting %s: %w", bin, err)
@@ -98,15 +104,22 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		req, err := http.NewRequestWithContext(ctx, "GET", p.URL+"/readyz", nil)
-		if err != nil {
-			return p, 0, err
+		if p.URL == "" {
+			if addr := listeningAddr(logPath, logStart); addr != "" {
+				p.URL = "http://" + addr
+			}
 		}
-		if resp, err := hc.Do(req); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, time.Since(began), nil
+		if p.URL != "" {
+			req, err := http.NewRequestWithContext(ctx, "GET", p.URL+"/readyz", nil)
+			if err != nil {
+				return p, 0, err
+			}
+			if resp, err := hc.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return p, time.Since(began), nil
+				}
 			}
 		}
 		select {
@@ -115,10 +128,37 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 		case <-ctx.Done():
 			return p, 0, ctx.Err()
 		case <-deadline.C:
-			return p, 0, fmt.Errorf("the broker was not ready on %s after %v; its log (%s) ends:\n%s", p.URL, readyTimeout, logPath, logTail(logPath))
+			return p, 0, fmt.Errorf("the broker was not ready (listening on %q) after %v; its log (%s) ends:\n%s", p.URL, readyTimeout, logPath, logTail(logPath))
 		case <-tick.C:
 		}
 	}
+}
+
+// listeningAddr is the address in the broker's "tidemq listening" line,
+// looked for in logPath from offset on, or "" while there is none.
+func listeningAddr(logPath string, offset int64) string {
+	f, err := os.Open(logPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="tidemq listening"`) {
+			continue
+		}
+		for field := range strings.FieldsSeq(line) {
+			if addr, ok := strings.CutPrefix(field, "addr="); ok {
+				return addr
+			}
+		}
+	}
+	return ""
 }
 
 // Pid is the broker's process id.
@@ -221,14 +261,6 @@ func (p *brokerProc) cpu() time.Duration {
 }
 
 // freeAddr picks a free loopback port by listening on :0 and closing.
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	addr := ln.Addr().String()
-	return addr, ln.Close()
-}
 
 // logTail is the end of the broker's log, for error messages.
 func logTail(path string) string {
