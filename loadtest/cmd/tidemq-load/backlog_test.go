@@ -187,6 +187,10 @@ func TestBacklogSuiteCancelled(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Error("the fill did not start within a minute")
 	case err := <-done:
+		logs, _ := filepath.Glob(filepath.Join(dir, "tidemq-load-backlog-*", "broker.log"))
+		for _, l := range logs {
+			t.Logf("%s ends:\n%s", l, logTail(l))
+		}
 		t.Fatalf("run ended before the fill: %v", err)
 	}
 	cancel()
