@@ -84,11 +84,11 @@ type process struct {
 	waitErr error         // valid after done
 }
 
-// startTidemq starts the binary on dataDir on a free loopback port and
-// waits for /readyz (see startTidemqAt).
+// startTidemq starts the binary on dataDir on a loopback port of its own
+// choosing and waits for /readyz (see startTidemqAt).
 func startTidemq(t *testing.T, dataDir string, args ...string) *process {
 	t.Helper()
-	return startTidemqAt(t, freeAddr(t), dataDir, args...)
+	return startTidemqAt(t, "127.0.0.1:0", dataDir, args...)
 }
 
 // waitExit waits for the process to end.

@@ -46,9 +46,9 @@ func TestCrashLoop(t *testing.T) {
 		maxBacklog           = 2000 // messages acknowledged and not delivered yet
 	)
 	dir := t.TempDir()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	p := startTidemqAt(t, addr, dir)
+	p := startTidemqAt(t, "127.0.0.1:0", dir)
+	base := p.base
+	addr := strings.TrimPrefix(base, "http://") // where every restart listens
 
 	// Every loop below ends by this deadline at the latest.
 	budget := 30*time.Second + time.Duration(kills)*8*time.Second
@@ -326,11 +326,17 @@ func crashKills(t *testing.T) int {
 }
 
 // startTidemqAt is startTidemq on a given address, so that a restart after
-// a kill listens where the clients already send.
+// a kill listens where the clients already send. With port 0 the broker
+// picks one and p.base is the address its "tidemq listening" line names:
+// a port picked here and handed over could be taken by another package's
+// test server in between, whose /readyz would pass for this broker's.
 func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process {
 	t.Helper()
 	bin := tidemqBinary(t)
-	p := &process{base: "http://" + addr, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{log: &syncBuffer{}, done: make(chan struct{})}
+	if !strings.HasSuffix(addr, ":0") {
+		p.base = "http://" + addr
+	}
 	p.cmd = exec.Command(bin, append([]string{"--addr", addr, "--data", dataDir}, args...)...)
 	for _, kv := range os.Environ() { // the flags say it all (and TIDEMQ_CRASH_KILLS is ours)
 		if !strings.HasPrefix(kv, "TIDEMQ_") {
@@ -353,7 +359,7 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("tidemq log (pid %d, %s):\n%s", p.cmd.Process.Pid, addr, truncateLog(p.log.String()))
+			t.Logf("tidemq log (pid %d, %s):\n%s", p.cmd.Process.Pid, p.base, truncateLog(p.log.String()))
 		}
 	})
 	hc := &http.Client{Timeout: 2 * time.Second}
@@ -365,19 +371,41 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 			t.Fatalf("tidemq exited before it was ready: %v\n%s", p.waitErr, truncateLog(p.log.String()))
 		default:
 		}
-		resp, err := hc.Get(p.base + "/readyz")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
+		if p.base == "" {
+			p.base = listeningBase(p.log.String())
+		}
+		var err error
+		if p.base != "" {
+			var resp *http.Response
+			if resp, err = hc.Get(p.base + "/readyz"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					return p
+				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tidemq not ready on %s after 20 s: %v", addr, err)
+			t.Fatalf("tidemq not ready on %s (%q) after 20 s: %v", addr, p.base, err)
 		}
 		time.Sleep(wait)
 	}
+}
+
+// listeningBase is "http://" and the address of the broker's "tidemq
+// listening" log line, or "" before it.
+func listeningBase(log string) string {
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, `msg="tidemq listening"`) {
+			continue
+		}
+		for field := range strings.FieldsSeq(line) {
+			if addr, ok := strings.CutPrefix(field, "addr="); ok {
+				return "http://" + addr
+			}
+		}
+	}
+	return ""
 }
 
 // loopKey names one produced message: its producer, that producer's
