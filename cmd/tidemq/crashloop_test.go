@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tidemq/tidemq/internal/listenlog"
 )
 
 // TestCrashLoop runs producers and consumers against the real binary while
@@ -371,8 +373,8 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 			t.Fatalf("tidemq exited before it was ready: %v\n%s", p.waitErr, truncateLog(p.log.String()))
 		default:
 		}
-		if p.base == "" {
-			p.base = listeningBase(p.log.String())
+		if a := listenlog.Addr(p.log.String()); p.base == "" && a != "" {
+			p.base = "http://" + a
 		}
 		var err error
 		if p.base != "" {
@@ -390,22 +392,6 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 		}
 		time.Sleep(wait)
 	}
-}
-
-// listeningBase is "http://" and the address of the broker's "tidemq
-// listening" log line, or "" before it.
-func listeningBase(log string) string {
-	for line := range strings.Lines(log) {
-		if !strings.Contains(line, `msg="tidemq listening"`) {
-			continue
-		}
-		for field := range strings.FieldsSeq(line) {
-			if addr, ok := strings.CutPrefix(field, "addr="); ok {
-				return "http://" + addr
-			}
-		}
-	}
-	return ""
 }
 
 // loopKey names one produced message: its producer, that producer's

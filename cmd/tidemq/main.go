@@ -22,6 +22,7 @@ import (
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/internal/gctune"
+	"github.com/tidemq/tidemq/internal/listenlog"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/webhook"
 )
@@ -211,7 +212,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("tidemq listening", "addr", ln.Addr().String(), "data", cfg.data, "fsync", cfg.fsync,
+	log.Info(listenlog.Msg, listenlog.AddrKey, ln.Addr().String(), "data", cfg.data, "fsync", cfg.fsync,
 		"auto_create", cfg.autoCreate, "tracing", tracingEnabled(os.Getenv), "console", "http://"+ln.Addr().String()+"/")
 	if !loopback(ln.Addr().String()) {
 		log.Warn("listening beyond loopback without tokens (--insecure): anyone who can reach this port can use the broker")

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidemq/tidemq/internal/listenlog"
 )
 
 // The backlog suite runs the real broker as a child process, so that its
@@ -134,8 +136,8 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 	}
 }
 
-// listeningAddr is the address in the broker's "tidemq listening" line,
-// looked for in logPath from offset on, or "" while there is none.
+// listeningAddr is the address of the broker's listening line in logPath
+// from offset on (the current run's lines), or "" while there is none.
 func listeningAddr(logPath string, offset int64) string {
 	f, err := os.Open(logPath)
 	if err != nil {
@@ -145,20 +147,11 @@ func listeningAddr(logPath string, offset int64) string {
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
 		return ""
 	}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="tidemq listening"`) {
-			continue
-		}
-		for field := range strings.FieldsSeq(line) {
-			if addr, ok := strings.CutPrefix(field, "addr="); ok {
-				return addr
-			}
-		}
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return ""
 	}
-	return ""
+	return listenlog.Addr(string(b))
 }
 
 // Pid is the broker's process id.
