@@ -157,36 +157,32 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 	return ph, nil
 }
 
-// measure runs sc with progress lines, CPU-profiled when name is one of
-// the profiled phases, and returns its report and what it cost.
+// measure runs sc with progress lines, CPU-profiled and traced when name
+// is one of the profiled phases, and returns its report and what it cost.
 func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) (rep loadtest.Report, use usage, err error) {
 	sc.Progress = c.progress
-	if path := c.phaseFile(c.execTrace, name); path != "" {
-		f, err := os.Create(path)
+	for _, r := range []struct {
+		path, what string
+		start      func(io.Writer) error
+		stop       func()
+	}{
+		{c.phaseFile(c.execTrace, name), "execution trace (go tool trace)", trace.Start, trace.Stop},
+		{c.phaseFile(c.cpuProfile, name), "CPU profile (go tool pprof -tagfocus side=server …)", pprof.StartCPUProfile, pprof.StopCPUProfile},
+	} {
+		if r.path == "" {
+			continue
+		}
+		f, err := os.Create(r.path)
 		if err != nil {
 			return rep, use, err
 		}
-		if err := trace.Start(f); err != nil {
+		if err := r.start(f); err != nil {
 			return rep, use, errors.Join(err, f.Close())
 		}
 		defer func() {
-			trace.Stop()
+			r.stop()
 			err = errors.Join(err, f.Close())
-			c.logf("   execution trace in %s (go tool trace)", path)
-		}()
-	}
-	if path := c.phaseFile(c.cpuProfile, name); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return rep, use, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return rep, use, errors.Join(err, f.Close())
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			err = errors.Join(err, f.Close())
-			c.logf("   CPU profile in %s (go tool pprof -tagfocus side=server …)", path)
+			c.logf("   %s: %s", r.what, r.path)
 		}()
 	}
 	cpu0, dropped0 := cpuTime(), spansDroppedSoFar()
