@@ -197,7 +197,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				if topic == "" {
 					topic, spanAt = b.topicName(s.topic), b.now()
 				}
-				attrs = appendAttemptAttrs(attrs[:0], topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer, d.msgID)
+				attrs = s.appendSettleAttrs(attrs[:0], topic, d)
 				if reason != "" {
 					attrs = append(attrs, attribute.String("tidemq.reason", reason))
 				}
@@ -474,8 +474,13 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 
 // settleAttrs are the attributes of a settle span of a delivery.
 func (s *subscription) settleAttrs(d *delivery) []attribute.KeyValue {
-	topic := s.b.topicName(s.topic)
-	return attemptAttrs(topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer, d.msgID)
+	return s.appendSettleAttrs(make([]attribute.KeyValue, 0, 10), s.b.topicName(s.topic), d)
+}
+
+// appendSettleAttrs is settleAttrs into dst, for a topic name the caller
+// has: a settle of many deliveries reuses one buffer.
+func (s *subscription) appendSettleAttrs(dst []attribute.KeyValue, topic string, d *delivery) []attribute.KeyValue {
+	return appendAttemptAttrs(dst, topic, s.group, d.origQueue, d.origOffset, d.attempt, d.consumer, d.msgID)
 }
 
 // dueAfter is now+wait in Unix ms, rounded up: a retry is never due before

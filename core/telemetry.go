@@ -339,13 +339,8 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 	}
 }
 
-// attemptAttrs are the attributes of one delivery attempt's spans; msgID
-// is left out when unknown.
-func attemptAttrs(topic, group string, queue uint32, offset uint64, attempt int, consumer, msgID string) []attribute.KeyValue {
-	return appendAttemptAttrs(make([]attribute.KeyValue, 0, 9), topic, group, queue, offset, attempt, consumer, msgID)
-}
-
-// appendAttemptAttrs is attemptAttrs into dst: a pull or an ack of many
+// appendAttemptAttrs appends the attributes of one delivery attempt's
+// spans to dst; msgID is left out when unknown. A pull or an ack of many
 // messages reuses one buffer, as spans copy (or encode) their attributes.
 func appendAttemptAttrs(dst []attribute.KeyValue, topic, group string, queue uint32, offset uint64, attempt int, consumer, msgID string) []attribute.KeyValue {
 	dst = append(dst,
