@@ -140,6 +140,17 @@ type Batch interface {
 	Close()
 }
 
+// PollingBatch is a Batch that can wait for its sync by polling instead of
+// parking. That pays only while nothing else wants the CPU, which the
+// broker knows (a lone send, committed on its caller's goroutine) and the
+// store does not.
+type PollingBatch interface {
+	Batch
+	// CommitPolling is Commit(true), waiting for durability by polling where
+	// the store allows it (and parking where it does not).
+	CommitPolling() error
+}
+
 // IndexEntry is one message's row in the queue index: enough to filter by tag
 // and to find the body without reading it.
 type IndexEntry struct {

@@ -234,7 +234,13 @@ func (b *batch) DeleteAck(subID, queueID uint32, offset uint64) {
 
 func (b *batch) Len() int { return b.b.Len() + len(b.index) }
 
-func (b *batch) Commit(sync bool) error {
+func (b *batch) Commit(sync bool) error { return b.commit(sync, false) }
+
+// CommitPolling implements core.PollingBatch: a synced commit that waits
+// for its WAL sync by polling when syncs may spin (Store.commitPolling).
+func (b *batch) CommitPolling() error { return b.commit(true, true) }
+
+func (b *batch) commit(sync, poll bool) error {
 	defer b.Close()
 	if b.err != nil {
 		return fmt.Errorf("pebblestore: commit: %w", b.err)
@@ -244,7 +250,12 @@ func (b *batch) Commit(sync bool) error {
 	if sync {
 		opt = pebble.Sync
 	}
-	err := b.s.read(func() error { return b.b.Commit(opt) })
+	err := b.s.read(func() error {
+		if poll && b.s.walSyncs != nil {
+			return b.s.commitPolling(b.b)
+		}
+		return b.b.Commit(opt)
+	})
 	if err != nil {
 		return fmt.Errorf("pebblestore: commit: %w", err)
 	}

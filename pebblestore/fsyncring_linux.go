@@ -178,7 +178,7 @@ func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) (synced bool, e
 			return true, nil
 		}
 		if spinWhile != nil && spinWhile() {
-			unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			yieldThread()
 			continue
 		}
 		spinWhile = nil
@@ -190,6 +190,11 @@ func (r *fsyncRing) fdatasync(fd uintptr, spinWhile func() bool) (synced bool, e
 		}
 	}
 }
+
+// yieldThread gives the CPU to another thread that wants it (the kernel's
+// io-wq worker, the journal), keeping this one's Go P: the polling loops'
+// pause between looks.
+func yieldThread() { unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // submitOne tells the kernel about the entry just queued.
 func (r *fsyncRing) submitOne() bool {

@@ -35,12 +35,17 @@ type Options struct {
 
 // Store is the Pebble implementation of core.Store.
 type Store struct {
-	db     *pebble.DB
-	fs     vfs.FS
-	ring   *fsyncRing // nil: WAL syncs are plain syscalls
-	dir    string
-	mu     sync.RWMutex // guards closed against Close racing with reads
-	closed bool
+	db   *pebble.DB
+	fs   vfs.FS
+	ring *fsyncRing // nil: WAL syncs are plain syscalls
+	// walSyncs is set when synced commits poll for their WAL sync
+	// (commitPolling): with the ring, and spinning allowed.
+	walSyncs *walSyncCounts
+	schedMu  sync.Mutex // guards sched, reused by every look
+	sched    schedSample
+	dir      string
+	mu       sync.RWMutex // guards closed against Close racing with reads
+	closed   bool
 
 	writeStalls atomic.Int64
 }
@@ -124,7 +129,10 @@ func Open(dir string, opts Options) (*Store, error) {
 			quietLogger{opts.Logger}.logger().Info("no io_uring: WAL syncs are plain fdatasync calls, each holding a scheduler thread", "reason", err)
 		} else {
 			s.ring = ring
-			po.FS = walSyncFS{FS: vfs.Default, ring: ring, spin: !opts.NoSyncSpin}
+			if !opts.NoSyncSpin {
+				s.walSyncs = new(walSyncCounts)
+			}
+			po.FS = walSyncFS{FS: vfs.Default, ring: ring, spin: !opts.NoSyncSpin, counts: s.walSyncs}
 		}
 	}
 	db, err := pebble.Open(dir, po)
@@ -483,12 +491,16 @@ func (s *Store) Stats() core.StoreStats {
 		return core.StoreStats{}
 	}
 	m := s.db.Metrics()
-	return core.StoreStats{
+	stats := core.StoreStats{
 		DiskBytes:     int64(m.DiskSpaceUsage()),
 		L0Sublevels:   int64(m.Levels[0].Sublevels),
 		WriteStalls:   s.writeStalls.Load(),
 		WALUringSyncs: s.ring.syncs(),
 	}
+	if s.walSyncs != nil {
+		stats.WALPolledCommits = s.walSyncs.polled.Load()
+	}
+	return stats
 }
 
 // FreeBytes reports the space left for the store on its filesystem.

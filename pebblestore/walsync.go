@@ -1,11 +1,14 @@
 package pebblestore
 
 import (
+	"runtime"
 	"runtime/metrics"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -43,8 +46,9 @@ import (
 // and keep Pebble's own path.
 type walSyncFS struct {
 	vfs.FS
-	ring *fsyncRing
-	spin bool
+	ring   *fsyncRing
+	spin   bool
+	counts *walSyncCounts
 }
 
 func (fs walSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
@@ -62,13 +66,14 @@ func (fs walSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	if err != nil || !strings.HasSuffix(name, ".log") || f.Fd() == vfs.InvalidFd {
 		return f, err
 	}
-	return &walFile{File: f, ring: fs.ring, spin: fs.spin}, nil
+	return &walFile{File: f, ring: fs.ring, spin: fs.spin, counts: fs.counts}, nil
 }
 
 type walFile struct {
 	vfs.File
-	ring *fsyncRing
-	spin bool
+	ring   *fsyncRing
+	spin   bool
+	counts *walSyncCounts // nil: not counted
 
 	// sched is reused by every look at the scheduler (a spinning sync
 	// looks every few µs); mu guards it should Pebble ever sync one WAL
@@ -82,6 +87,10 @@ type walFile struct {
 const walSyncSpin = time.Millisecond
 
 func (f *walFile) SyncData() error {
+	if f.counts != nil {
+		f.counts.begun.Add(1)
+		defer f.counts.ended.Add(1)
+	}
 	var synced bool
 	var err error
 	switch {
@@ -159,4 +168,47 @@ func (s *schedSample) othersWaitForAP() bool {
 	}
 	runnable, running, procs := s.samples[0].Value.Uint64(), s.samples[1].Value.Uint64(), s.samples[2].Value.Uint64()
 	return runnable+running > procs
+}
+
+// walSyncCounts counts the WAL syncs begun and ended, for committers that
+// poll for the one covering their batch (Store.commitPolling).
+type walSyncCounts struct {
+	begun, ended atomic.Uint64
+	polled       atomic.Int64 // commits that waited by polling
+}
+
+// commitPolling commits b with a synced WAL write like b.Commit(pebble.Sync),
+// but waits for the sync by polling instead of parking, for as long as the
+// WAL flusher's polling would (spinPolicy: up to walSyncSpin, and not once
+// other goroutines have been kept waiting for a P). A parked committer is woken by Pebble's WAL
+// flusher once the sync is done, and on the 2-core VM that wake-up alone
+// was 26–34 µs of a lone send (p50, against 9 µs when the flusher sat in
+// the plain syscall): readying a goroutine while a P is idle makes the
+// runtime wake a thread, a futex call that costs the flusher 6–12 µs of CPU
+// here, and the committer then waits for the flusher to finish. A committer
+// that polls is found not waiting and goes on at once (docs/BENCHMARKS.md,
+// "Issue 10, session 8"). The counts are only a hint: a sync that ended
+// without our batch sends us to SyncWait early, which parks as before, and
+// SyncWait is what reports the sync's outcome.
+func (s *Store) commitPolling(b *pebble.Batch) error {
+	s.walSyncs.polled.Add(1)
+	// A sync begun before the apply may miss the batch: wait for a later one.
+	begunBefore := s.walSyncs.begun.Load()
+	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+		return err
+	}
+	// The apply readied the WAL flusher on this P: let it start the write
+	// and the sync here rather than wait for an idle CPU to wake for it.
+	runtime.Gosched()
+	spin := spinPolicy{start: time.Now()}
+	for s.walSyncs.ended.Load() <= begunBefore && spin.keepSpinning(time.Now(), s.othersWaitForAP()) {
+		yieldThread()
+	}
+	return b.SyncWait()
+}
+
+func (s *Store) othersWaitForAP() bool {
+	s.schedMu.Lock()
+	defer s.schedMu.Unlock()
+	return s.sched.othersWaitForAP()
 }

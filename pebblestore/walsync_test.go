@@ -1,6 +1,7 @@
 package pebblestore
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -58,17 +59,21 @@ func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 }
 
 // The store's WAL syncs go through the ring: always when syncs may spin,
-// and with spinning off while other goroutines wait to run. What they
-// synced is there after reopening.
+// and with spinning off while other goroutines wait to run. Commits asking
+// to poll for their sync do so when syncs may spin (alone, or many at once
+// under CPU contention) and park when not. What they synced is there after
+// reopening.
 func TestWALSyncsThroughRing(t *testing.T) {
 	newTestRing(t) // skips without io_uring
 	for _, tc := range []struct {
 		name       string
 		noSyncSpin bool
 		spinners   int
+		committers int
 	}{
-		{"spinning, nothing else running", false, 0},
-		{"not spinning, under CPU contention", true, 4 * runtime.GOMAXPROCS(0)},
+		{"spinning, nothing else running", false, 0, 1},
+		{"not spinning, under CPU contention", true, 4 * runtime.GOMAXPROCS(0), 1},
+		{"spinning, 8 committers under CPU contention", false, 4 * runtime.GOMAXPROCS(0), 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -80,6 +85,9 @@ func TestWALSyncsThroughRing(t *testing.T) {
 			if s.ring == nil {
 				t.Fatal("io_uring works here, but the store on the real disk has no ring")
 			}
+			if polling := s.walSyncs != nil; polling == tc.noSyncSpin {
+				t.Fatalf("commits poll for their sync: %v, with NoSyncSpin %v", polling, tc.noSyncSpin)
+			}
 			var stop atomic.Bool
 			var wg sync.WaitGroup
 			for range tc.spinners {
@@ -90,19 +98,47 @@ func TestWALSyncsThroughRing(t *testing.T) {
 				})
 			}
 			const batches = 40
-			for i := range batches {
-				b := s.NewBatch()
-				b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
-				b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
-				if err := b.Commit(true); err != nil {
-					t.Fatalf("commit %d: %v", i, err)
-				}
-				b.Close()
+			errs := make(chan error, tc.committers)
+			var committers sync.WaitGroup
+			for c := range tc.committers {
+				committers.Go(func() {
+					for i := c; i < batches; i += tc.committers {
+						var begun uint64
+						if s.walSyncs != nil {
+							begun = s.walSyncs.begun.Load()
+						}
+						b := s.NewBatch()
+						b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
+						b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
+						if err := b.(core.PollingBatch).CommitPolling(); err != nil {
+							errs <- fmt.Errorf("commit %d: %w", i, err)
+							return
+						}
+						b.Close()
+						// Its sync began after it read the count and has ended.
+						if s.walSyncs != nil && s.walSyncs.ended.Load() <= begun {
+							errs <- fmt.Errorf("commit %d returned with no WAL sync ended since it began (%d begun then, %d ended now)", i, begun, s.walSyncs.ended.Load())
+							return
+						}
+					}
+				})
+			}
+			committers.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
 			}
 			stop.Store(true)
 			wg.Wait()
 			if n := s.Stats().WALUringSyncs; n == 0 {
 				t.Errorf("no WAL sync went through the ring in %d synced commits", batches)
+			}
+			wantPolled := int64(batches)
+			if tc.noSyncSpin {
+				wantPolled = 0
+			}
+			if n := s.Stats().WALPolledCommits; n != wantPolled {
+				t.Errorf("%d commits polled for their sync, want %d", n, wantPolled)
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
