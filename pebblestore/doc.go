@@ -100,10 +100,11 @@
 // goroutine parks in the netpoller when other goroutines wait for a
 // scheduler P, or polls for the completion when none does (Options.
 // NoSyncSpin: the plain syscall then), instead of holding a P through the
-// syscall. Where io_uring is unavailable it is the plain syscall. A synced
-// commit that may spin waits for its sync the same way: it applies the
-// batch (DB.ApplyNoSyncWait), then, while no other goroutine wants the CPU,
-// polls the WAL's count of ended syncs before Batch.SyncWait, so the WAL
-// flusher finds it not parked and wakes nobody (Store.commitPolling).
+// syscall. Where io_uring is unavailable it is the plain syscall. A commit
+// the broker makes for a lone send (core.PollingBatch) waits for its sync
+// the same way when syncs may spin: it applies the batch
+// (DB.ApplyNoSyncWait), then polls the WAL's count of ended syncs under the
+// same policy before Batch.SyncWait, so the WAL flusher finds it not parked
+// and wakes nobody (Store.commitPolling).
 // Either way the commit returns once the data is durable.
 package pebblestore
