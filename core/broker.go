@@ -150,6 +150,7 @@ type Broker struct {
 
 	// appender-owned (under commitMu)
 	diskFull   bool
+	space      spaceReading // the last free-space reading (checkSpace)
 	nextSeq    uint64
 	lastMs     int64
 	touched    []*queue

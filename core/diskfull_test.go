@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -21,9 +22,11 @@ import (
 type lowSpaceFS struct {
 	vfs.FS
 	avail atomic.Int64
+	reads atomic.Int64 // GetDiskUsage calls
 }
 
 func (f *lowSpaceFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	f.reads.Add(1)
 	a := uint64(f.avail.Load())
 	return vfs.DiskUsage{AvailBytes: a, TotalBytes: 1 << 40, UsedBytes: 1<<40 - a}, nil
 }
@@ -56,6 +59,9 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 	}
 
 	fs.avail.Store(10 << 20) // below the reserve
+	// Filled by someone else: noticed at the broker's next reading of free
+	// space, at most spaceReadInterval (100 ms) after its last.
+	time.Sleep(150 * time.Millisecond)
 	_, err = b.Send(ctx, "t", []*core.Message{{Body: []byte("refused")}})
 	if !errors.Is(err, core.ErrInsufficientStorage) {
 		t.Fatalf("send on a nearly full disk: %v, want ErrInsufficientStorage", err)
@@ -75,6 +81,52 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 	}
 	if info, _ := b.GetTopic("t"); info.Messages != 2 {
 		t.Fatalf("topic holds %d messages, want 2 (the refused one not stored)", info.Messages)
+	}
+}
+
+// Free space is read at most every 100 ms while it is plentiful, and at
+// every commit once the sends since the last reading could have used up the
+// room above the reserve.
+func TestFreeSpaceIsReadWhenItMatters(t *testing.T) {
+	fs := &lowSpaceFS{FS: vfs.NewMem()}
+	fs.avail.Store(1 << 30)
+	store, err := pebblestore.Open("db", pebblestore.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reserve = 64 << 20
+	b, err := core.New(store, core.Options{AutoCreate: true, MinFreeBytes: reserve, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close(); _ = store.Close() })
+	ctx := context.Background()
+
+	readsBefore, began := fs.reads.Load(), time.Now()
+	const sends = 50
+	for range sends {
+		if _, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("plenty of room")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads, most := fs.reads.Load()-readsBefore, int64(time.Since(began)/(100*time.Millisecond))+2
+	if reads < 1 || reads > most {
+		t.Errorf("%d sends in %v read free space %d times, want 1 to %d", sends, time.Since(began), reads, most)
+	}
+
+	// 100 KiB above the reserve: a 64 KiB send fits, but at four bytes of
+	// disk per byte sent the next could not, so each one reads again.
+	fs.avail.Store(reserve + 100<<10)
+	time.Sleep(150 * time.Millisecond) // past the last reading's 100 ms
+	body := make([]byte, 64<<10)
+	for i := range 5 {
+		readsBefore := fs.reads.Load()
+		if _, err := b.Send(ctx, "t", []*core.Message{{Body: body}}); err != nil {
+			t.Fatalf("send %d, 100 KiB above the reserve: %v", i, err)
+		}
+		if n := fs.reads.Load() - readsBefore; n != 1 {
+			t.Errorf("send %d near the reserve read free space %d times, want 1", i, n)
+		}
 	}
 }
 
