@@ -103,8 +103,8 @@
 // syscall. Where io_uring is unavailable it is the plain syscall. A commit
 // the broker makes for a lone send (core.PollingBatch) waits for its sync
 // the same way when syncs may spin: it applies the batch
-// (DB.ApplyNoSyncWait), then polls the WAL's count of ended syncs under the
-// same policy before Batch.SyncWait, so the WAL flusher finds it not parked
-// and wakes nobody (Store.commitPolling).
+// (DB.ApplyNoSyncWait), then, while no other goroutine waits for a P,
+// polls the WAL's count of ended syncs before Batch.SyncWait, so the WAL
+// flusher finds it not parked and wakes nobody (Store.commitPolling).
 // Either way the commit returns once the data is durable.
 package pebblestore
