@@ -41,8 +41,7 @@ type Store struct {
 	// walSyncs is set when synced commits poll for their WAL sync
 	// (commitPolling): with the ring, and spinning allowed.
 	walSyncs *walSyncCounts
-	schedMu  sync.Mutex // guards sched, reused by every look
-	sched    schedSample
+	sched    schedWatch // commitPolling's looks at the scheduler
 	dir      string
 	mu       sync.RWMutex // guards closed against Close racing with reads
 	closed   bool

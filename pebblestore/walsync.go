@@ -74,12 +74,7 @@ type walFile struct {
 	ring   *fsyncRing
 	spin   bool
 	counts *walSyncCounts // nil: not counted
-
-	// sched is reused by every look at the scheduler (a spinning sync
-	// looks every few µs); mu guards it should Pebble ever sync one WAL
-	// from two goroutines.
-	mu    sync.Mutex
-	sched schedSample
+	sched  schedWatch     // a spinning sync looks every few µs
 }
 
 // walSyncSpin bounds the polling: past it (a slow disk, a long fsync) the
@@ -96,8 +91,8 @@ func (f *walFile) SyncData() error {
 	switch {
 	case f.spin:
 		spin := spinPolicy{start: time.Now()}
-		synced, err = f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), f.othersWaitForAP()) })
-	case f.othersWaitForAP():
+		synced, err = f.ring.fdatasync(f.Fd(), func() bool { return spin.keepSpinning(time.Now(), f.sched.othersWaitForAP()) })
+	case f.sched.othersWaitForAP():
 		synced, err = f.ring.fdatasync(f.Fd(), nil)
 	}
 	if synced {
@@ -135,15 +130,11 @@ func (p *spinPolicy) keepSpinning(now time.Time, othersWait bool) bool {
 	return now.Sub(p.othersWaitingSince) < spinWhileOthersWait
 }
 
-func (f *walFile) othersWaitForAP() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.sched.othersWaitForAP()
-}
-
-// schedSample reads the scheduler's counts into samples it keeps, so a look
-// allocates nothing.
-type schedSample struct {
+// schedWatch reads the scheduler's counts into samples it keeps, so a look
+// allocates nothing; mu guards them (Pebble might sync one WAL from two
+// goroutines, and commits look too).
+type schedWatch struct {
+	mu      sync.Mutex
 	samples [3]metrics.Sample
 }
 
@@ -152,14 +143,26 @@ type schedSample struct {
 // keep one waiting. The runtime's counts are approximate (it reads the run
 // queues without stopping them), which only moves the choice between two
 // correct waits.
-func (s *schedSample) othersWaitForAP() bool {
+func (s *schedWatch) othersWaitForAP() bool {
 	runnable, running, procs, ok := s.read()
 	return ok && runnable+running > procs
 }
 
+// busy reports whether more goroutines wait to run than there are Ps: more
+// than a lone send's own (the WAL flusher it just readied, the connection
+// watcher net/http starts for each request). A committer that yielded its
+// P then would queue behind them all while it holds the broker's commit
+// lock: at 64 producers that cost 4% of the sends and 5% more CPU each.
+func (s *schedWatch) busy() bool {
+	runnable, _, procs, ok := s.read()
+	return ok && runnable > procs
+}
+
 // read returns the scheduler's counts of runnable and running goroutines
 // and its Ps; ok is false where the runtime does not report them.
-func (s *schedSample) read() (runnable, running, procs uint64, ok bool) {
+func (s *schedWatch) read() (runnable, running, procs uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.samples[0].Name == "" {
 		s.samples = [3]metrics.Sample{
 			{Name: "/sched/goroutines/runnable:goroutines"},
@@ -196,15 +199,15 @@ type walSyncCounts struct {
 // without our batch sends us to SyncWait early, which parks as before, and
 // SyncWait is what reports the sync's outcome.
 func (s *Store) commitPolling(b *pebble.Batch) error {
-	s.walSyncs.polled.Add(1)
 	// A sync begun before the apply may miss the batch: wait for a later one.
 	begunBefore := s.walSyncs.begun.Load()
 	if err := s.db.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		return err
 	}
-	if s.busy() {
+	if s.sched.busy() {
 		return b.SyncWait()
 	}
+	s.walSyncs.polled.Add(1)
 	// The apply readied the WAL flusher on this P: let it start the write
 	// and the sync here rather than wait for an idle CPU to wake for it.
 	runtime.Gosched()
@@ -213,26 +216,8 @@ func (s *Store) commitPolling(b *pebble.Batch) error {
 	// needs (polling for as long as the flusher does cost 5% more CPU per
 	// send at 64 producers).
 	for deadline := time.Now().Add(walSyncSpin); s.walSyncs.ended.Load() <= begunBefore &&
-		time.Now().Before(deadline) && !s.othersWaitForAP(); {
+		time.Now().Before(deadline) && !s.sched.othersWaitForAP(); {
 		yieldThread()
 	}
 	return b.SyncWait()
-}
-
-func (s *Store) othersWaitForAP() bool {
-	s.schedMu.Lock()
-	defer s.schedMu.Unlock()
-	return s.sched.othersWaitForAP()
-}
-
-// busy reports whether more goroutines wait to run than there are Ps: more
-// than a lone send's own (the WAL flusher it just readied, the connection
-// watcher net/http starts for each request). A committer that yielded its
-// P then would queue behind them all while it holds the broker's commit
-// lock: at 64 producers that cost 4% of the sends and 5% more CPU each.
-func (s *Store) busy() bool {
-	s.schedMu.Lock()
-	defer s.schedMu.Unlock()
-	runnable, _, procs, ok := s.sched.read()
-	return ok && runnable > procs
 }

@@ -30,7 +30,7 @@ func newTestRing(t *testing.T) *fsyncRing {
 
 func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var sched schedSample
+	var sched schedWatch
 	othersWaitForAP := sched.othersWaitForAP
 	eventually := func(want bool) {
 		t.Helper()
@@ -60,9 +60,9 @@ func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 
 // The store's WAL syncs go through the ring: always when syncs may spin,
 // and with spinning off while other goroutines wait to run. Commits asking
-// to poll for their sync do so when syncs may spin (alone, or many at once
-// under CPU contention) and park when not. What they synced is there after
-// reopening.
+// to poll for their sync do so when syncs may spin and nothing else wants
+// the CPU; many at once under CPU contention may poll or park; with
+// spinning off they park. What they synced is there after reopening.
 func TestWALSyncsThroughRing(t *testing.T) {
 	newTestRing(t) // skips without io_uring
 	for _, tc := range []struct {
@@ -70,10 +70,11 @@ func TestWALSyncsThroughRing(t *testing.T) {
 		noSyncSpin bool
 		spinners   int
 		committers int
+		polled     string // how many commits polled: "all", "none" or "any"
 	}{
-		{"spinning, nothing else running", false, 0, 1},
-		{"not spinning, under CPU contention", true, 4 * runtime.GOMAXPROCS(0), 1},
-		{"spinning, 8 committers under CPU contention", false, 4 * runtime.GOMAXPROCS(0), 8},
+		{"spinning, nothing else running", false, 0, 1, "all"},
+		{"not spinning, under CPU contention", true, 4 * runtime.GOMAXPROCS(0), 1, "none"},
+		{"spinning, 8 committers under CPU contention", false, 4 * runtime.GOMAXPROCS(0), 8, "any"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -133,12 +134,8 @@ func TestWALSyncsThroughRing(t *testing.T) {
 			if n := s.Stats().WALUringSyncs; n == 0 {
 				t.Errorf("no WAL sync went through the ring in %d synced commits", batches)
 			}
-			wantPolled := int64(batches)
-			if tc.noSyncSpin {
-				wantPolled = 0
-			}
-			if n := s.Stats().WALPolledCommits; n != wantPolled {
-				t.Errorf("%d commits polled for their sync, want %d", n, wantPolled)
+			if n := s.Stats().WALPolledCommits; tc.polled == "all" && n != batches || tc.polled == "none" && n != 0 || n < 0 || n > batches {
+				t.Errorf("%d of %d commits polled for their sync, want %s", n, batches, tc.polled)
 			}
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
@@ -207,7 +204,7 @@ func TestSpinPolicy(t *testing.T) {
 }
 
 func BenchmarkOthersWaitForAP(b *testing.B) {
-	var sched schedSample
+	var sched schedWatch
 	b.ReportAllocs()
 	for b.Loop() {
 		sched.othersWaitForAP()
