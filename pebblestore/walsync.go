@@ -186,18 +186,19 @@ type walSyncCounts struct {
 	polled       atomic.Int64 // commits that waited by polling
 }
 
-// commitPolling commits b with a synced WAL write like b.Commit(pebble.Sync),
-// but waits for the sync by polling instead of parking while no other
-// goroutine waits for a P, up to walSyncSpin. A parked committer is woken by Pebble's WAL
-// flusher once the sync is done, and on the 2-core VM that wake-up alone
-// was 26–34 µs of a lone send (p50, against 9 µs when the flusher sat in
-// the plain syscall): readying a goroutine while a P is idle makes the
-// runtime wake a thread, a futex call that costs the flusher 6–12 µs of CPU
-// here, and the committer then waits for the flusher to finish. A committer
-// that polls is found not waiting and goes on at once (docs/BENCHMARKS.md,
-// "Issue 10, session 8"). The counts are only a hint: a sync that ended
-// without our batch sends us to SyncWait early, which parks as before, and
-// SyncWait is what reports the sync's outcome.
+// commitPolling commits b with a synced WAL write like
+// b.Commit(pebble.Sync), but waits for the sync by polling instead of
+// parking while no other goroutine waits for a P, up to walSyncSpin. A
+// parked committer is woken by Pebble's WAL flusher once the sync is done,
+// and on the 2-core VM that wake-up alone was 26–34 µs of a lone send (p50,
+// against 9 µs when the flusher sat in the plain syscall): readying a
+// goroutine while a P is idle makes the runtime wake a thread, a futex call
+// that costs the flusher 6–12 µs of CPU here, and the committer then waits
+// for the flusher to finish. A committer that polls is found not waiting and
+// goes on at once (docs/BENCHMARKS.md, "Issue 10, session 8"). The counts
+// are only a hint: a sync that ended without our batch sends us to SyncWait
+// early, which parks as before, and SyncWait is what reports the sync's
+// outcome.
 func (s *Store) commitPolling(b *pebble.Batch) error {
 	// A sync begun before the apply may miss the batch: wait for a later one.
 	begunBefore := s.walSyncs.begun.Load()
