@@ -309,7 +309,6 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		return
 	}
 	b.lastMs = nowMs
-	b.committedSeq.Store(b.nextSeq)
 	b.dedupOrder = append(b.dedupOrder, b.dedupAdded...)
 	b.dedupAdded = b.dedupAdded[:0]
 	for _, q := range b.touched {
@@ -318,6 +317,9 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		q.touched = false
 	}
 	b.touched = b.touched[:0]
+	// After the queues: whoever reads committedSeq then finds every queue
+	// holding a seq below it visible (EnforceRetention relies on it).
+	b.committedSeq.Store(b.nextSeq)
 	if firstDelay > 0 {
 		b.timerCommitted(firstDelay)
 	}

@@ -88,9 +88,13 @@ func (b *Broker) EnforceRetention() error {
 			}
 		}
 	}
-	if oldestSeq == ^uint64(0) {
-		oldestSeq = stored // no queue holds a record: all below what was stored before the scan may go
-	}
+	// Never past what was stored before the scan: a batch committed during
+	// it becomes visible queue by queue, and a queue scanned before its
+	// records showed looked empty while the batch's other queues held
+	// later seqs (cutting at those took its records: TestLogCutsNeverTake
+	// ABatchBecomingVisible). With no queue holding a record, everything
+	// below it may go.
+	oldestSeq = min(oldestSeq, stored)
 	cutLog := len(cuts) > 0 || oldestSeq > b.logCut.Load()
 	if !cutLog && len(indexCuts) == 0 {
 		return nil
