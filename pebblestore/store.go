@@ -279,7 +279,9 @@ func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 			return fmt.Errorf("pebblestore: read log: %w", err)
 		}
 		defer it.Close()
-		key := lo
+		// Its own buffer: lo is the iterator's lower bound, which Pebble
+		// keeps and which must not change while the iterator is open.
+		key := make([]byte, 0, len(lo))
 		valid := false // the iterator is at a key no seq has passed yet
 		for i, seq := range seqs {
 			key = logKey(key, seq)
