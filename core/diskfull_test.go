@@ -31,14 +31,17 @@ func (f *lowSpaceFS) GetDiskUsage(string) (vfs.DiskUsage, error) {
 	return vfs.DiskUsage{AvailBytes: a, TotalBytes: 1 << 40, UsedBytes: 1<<40 - a}, nil
 }
 
-func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
+// lowSpaceBroker opens a broker keeping minFree bytes in reserve on a
+// lowSpaceFS that reports 1 GiB free until the test says otherwise.
+func lowSpaceBroker(t *testing.T, minFree int64) (*lowSpaceFS, *core.Broker) {
+	t.Helper()
 	fs := &lowSpaceFS{FS: vfs.NewMem()}
 	fs.avail.Store(1 << 30)
 	store, err := pebblestore.Open("db", pebblestore.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := core.New(store, core.Options{AutoCreate: true, MinFreeBytes: 64 << 20})
+	b, err := core.New(store, core.Options{AutoCreate: true, MinFreeBytes: minFree, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,6 +53,11 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	return fs, b
+}
+
+func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
+	fs, b := lowSpaceBroker(t, 64<<20)
 	ctx := context.Background()
 	if _, _, err := b.PutSubscription(ctx, "t", "g", core.SubscriptionConfig{}); err != nil {
 		t.Fatal(err)
@@ -62,7 +70,7 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 	// Filled by someone else: noticed at the broker's next reading of free
 	// space, at most spaceReadInterval (100 ms) after its last.
 	time.Sleep(150 * time.Millisecond)
-	_, err = b.Send(ctx, "t", []*core.Message{{Body: []byte("refused")}})
+	_, err := b.Send(ctx, "t", []*core.Message{{Body: []byte("refused")}})
 	if !errors.Is(err, core.ErrInsufficientStorage) {
 		t.Fatalf("send on a nearly full disk: %v, want ErrInsufficientStorage", err)
 	}
@@ -88,18 +96,8 @@ func TestDiskNearlyFullRefusesSendsAndRecovers(t *testing.T) {
 // every commit once the sends since the last reading could have used up the
 // room above the reserve.
 func TestFreeSpaceIsReadWhenItMatters(t *testing.T) {
-	fs := &lowSpaceFS{FS: vfs.NewMem()}
-	fs.avail.Store(1 << 30)
-	store, err := pebblestore.Open("db", pebblestore.Options{FS: fs})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const reserve = 64 << 20
-	b, err := core.New(store, core.Options{AutoCreate: true, MinFreeBytes: reserve, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = b.Close(); _ = store.Close() })
+	fs, b := lowSpaceBroker(t, reserve)
 	ctx := context.Background()
 
 	readsBefore, began := fs.reads.Load(), time.Now()
