@@ -272,16 +272,19 @@ func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
 		return nil
 	}
 	return s.read(func() error {
-		lo := logKey(nil, seqs[0])
-		hi := logKey(nil, seqs[len(seqs)-1]+1)
+		// The bounds and the seek key in one allocation (a pull's); the key
+		// has its own third: Pebble keeps the bounds, which must not change
+		// while the iterator is open.
+		const n = 9 // a log key: prefix and seq
+		keys := make([]byte, 3*n)
+		lo := logKey(keys[0:0:n], seqs[0])
+		hi := logKey(keys[n:n:2*n], seqs[len(seqs)-1]+1)
+		key := keys[2*n : 2*n : 3*n]
 		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 		if err != nil {
 			return fmt.Errorf("pebblestore: read log: %w", err)
 		}
 		defer it.Close()
-		// Its own buffer: lo is the iterator's lower bound, which Pebble
-		// keeps and which must not change while the iterator is open.
-		key := make([]byte, 0, len(lo))
 		valid := false // the iterator is at a key no seq has passed yet
 		for i, seq := range seqs {
 			key = logKey(key, seq)
