@@ -397,9 +397,9 @@ func (b *backlogSuite) phase(ctx context.Context, name, desc string, sc loadtest
 	var p phase
 	if sc.Producers.Count > 0 {
 		p = phase{Name: name, Round: 1, Kind: "broker", Description: desc, MsgsPerSec: rep.SendRate, Latency: rep.Send.Latency, Errors: rep.Send.Errors, Report: &rep}
-		p.setCPU(cpu, rep.Sent, time.Duration(rep.Elapsed))
+		p.setCPU(usage{cpu: cpu}, rep.Sent, time.Duration(rep.Elapsed))
 	} else {
-		p = pullPhaseOf(name, 1, desc, rep, cpu)
+		p = pullPhaseOf(name, 1, desc, rep, usage{cpu: cpu})
 	}
 	b.logf("   %s msg/s, %s, errors %s, broker CPU %s/msg on %.2f cores", thousands(p.MsgsPerSec), p.Latency, errorsCell(p.Errors), dur(p.CPUPerMsg), p.Cores)
 	b.res.Phases = append(b.res.Phases, p)

@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,7 +42,8 @@ type pebbleResult struct {
 	Elapsed    loadtest.Seconds `json:"elapsedSeconds"`
 	MsgsPerSec float64          `json:"msgsPerSec"`
 	Commit     loadtest.Latency `json:"commit"`
-	CPU        time.Duration    `json:"cpuNs"` // process CPU time while measuring
+	CPU        time.Duration    `json:"cpuNs"`    // process CPU time while measuring
+	IdlePs     time.Duration    `json:"idlePsNs"` // Go scheduler idle time while measuring (idlePsTime)
 }
 
 // run writes values of MessageBytes random letters (the broker's bodies are
@@ -119,11 +122,13 @@ func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	case <-ctx.Done():
 	}
 	start = time.Now()
+	idle0 := idlePsTime()
 	cpu0 := cpuTime()
 	measuring.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
 	cpu := cpuTime() - cpu0
+	idle := idlePsTime() - idle0
 	if firstErr != nil {
 		return res, fmt.Errorf("pebble commit: %w", firstErr)
 	}
@@ -131,9 +136,28 @@ func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	for _, w := range hists {
 		h.Merge(w)
 	}
-	res = pebbleResult{Messages: messages.Load(), Elapsed: loadtest.Seconds(elapsed), Commit: loadtest.LatencyOf(h), CPU: cpu}
+	res = pebbleResult{Messages: messages.Load(), Elapsed: loadtest.Seconds(elapsed), Commit: loadtest.LatencyOf(h), CPU: cpu, IdlePs: idle}
 	res.MsgsPerSec = float64(res.Messages) / elapsed.Seconds()
 	return res, ctx.Err()
+}
+
+// idlePsTime is how long the Go scheduler's Ps have had nothing to run so
+// far, summed over Ps (runtime/metrics /cpu/classes/idle). Over a phase it
+// tells CPU the process left unused while it waited (for a sync, a linger,
+// the network) from CPU it never got: cores used alone cannot, since the
+// kernel does not charge the process for loopback's receive work
+// (softirq), 7–9% of the machine in a single-send phase. The runtime
+// brings the figure up to date only when a garbage collection ends, so
+// this runs one first: called before a phase and after it, the difference
+// covers the phase (a few ms of collection each, outside the measured CPU).
+func idlePsTime() time.Duration {
+	runtime.GC()
+	s := []metrics.Sample{{Name: "/cpu/classes/idle:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return time.Duration(s[0].Value.Float64() * float64(time.Second))
 }
 
 // cpuTime is the CPU time (user and system) this process used so far.

@@ -59,9 +59,13 @@ type phase struct {
 	// CPUPerMsg is the process's CPU time (client and server, or Pebble)
 	// per message while measuring; Cores is that CPU time over the
 	// elapsed time: below the machine's CPUs when others take them.
-	CPUPerMsg time.Duration    `json:"cpuPerMsgNs"`
-	Cores     float64          `json:"cores"`
-	Errors    map[string]int64 `json:"errors,omitempty"`
+	CPUPerMsg time.Duration `json:"cpuPerMsgNs"`
+	Cores     float64       `json:"cores"`
+	// IdlePs is the Go scheduler's idle time over the elapsed time, in
+	// cores: CPU the process had nothing to run on (idlePsTime). Only for
+	// phases whose server is in this process.
+	IdlePs float64          `json:"idlePs,omitempty"`
+	Errors map[string]int64 `json:"errors,omitempty"`
 	// SpansDropped is how many spans the in-process broker dropped while
 	// measuring because its export queue was full: that much tracing went
 	// unpaid (its export), so a phase with many is less traced than asked.
@@ -113,7 +117,7 @@ func (c *suite) pebblePhase(ctx context.Context, name string, size, batch, write
 		return phase{}, fmt.Errorf("%s: %w", name, err)
 	}
 	p := phase{Name: name, Round: c.round + 1, Kind: "pebble", Description: desc, MsgsPerSec: res.MsgsPerSec, Latency: res.Commit, Pebble: &res}
-	p.setCPU(res.CPU, res.Messages, time.Duration(res.Elapsed))
+	p.setCPU(usage{cpu: res.CPU, idlePs: res.IdlePs}, res.Messages, time.Duration(res.Elapsed))
 	c.logf("   %.0f msg/s, commit %s, CPU %s/msg on %.2f cores", p.MsgsPerSec, p.Latency, dur(p.CPUPerMsg), p.Cores)
 	c.phases = append(c.phases, p)
 	return p, nil
@@ -148,7 +152,7 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 	}
 	ph := phase{Name: name, Round: c.round + 1, Kind: kind, Description: desc, MsgsPerSec: rep.SendRate, Latency: rep.Send.Latency,
 		Errors: rep.Send.Errors, Report: &rep, SpansDropped: use.spansDropped}
-	ph.setCPU(use.cpu, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
+	ph.setCPU(use, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
 	c.logf("   %.0f msg/s, send %s, errors %d, CPU %s/msg on %.2f cores", ph.MsgsPerSec, ph.Latency, rep.Send.ErrorCount(), dur(ph.CPUPerMsg), ph.Cores)
 	if sc.Consumers.Count > 0 {
 		c.logf("   delivered %d of %d sent, end to end %s", rep.Delivered, rep.Sent, rep.EndToEnd)
@@ -185,23 +189,28 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 			c.logf("   %s: %s", r.what, r.path)
 		}()
 	}
+	idle0 := idlePsTime()
 	cpu0, dropped0 := cpuTime(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
-	return rep, usage{cpu: cpuTime() - cpu0, spansDropped: spansDroppedSoFar() - dropped0}, err
+	use = usage{cpu: cpuTime() - cpu0, spansDropped: spansDroppedSoFar() - dropped0}
+	use.idlePs = idlePsTime() - idle0
+	return rep, use, err
 }
 
 // usage is what a measured run cost beyond its report.
 type usage struct {
 	cpu          time.Duration // the process's
+	idlePs       time.Duration // the Go scheduler's, summed over Ps
 	spansDropped uint64        // by in-process brokers' span exporters
 }
 
-func (p *phase) setCPU(cpu time.Duration, msgs int64, elapsed time.Duration) {
+func (p *phase) setCPU(use usage, msgs int64, elapsed time.Duration) {
 	if msgs > 0 {
-		p.CPUPerMsg = cpu / time.Duration(msgs)
+		p.CPUPerMsg = use.cpu / time.Duration(msgs)
 	}
 	if elapsed > 0 {
-		p.Cores = cpu.Seconds() / elapsed.Seconds()
+		p.Cores = use.cpu.Seconds() / elapsed.Seconds()
+		p.IdlePs = use.idlePs.Seconds() / elapsed.Seconds()
 	}
 }
 
@@ -318,7 +327,7 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", name, err)
 	}
-	p = pullPhaseOf(name, c.round+1, desc, rep, use.cpu)
+	p = pullPhaseOf(name, c.round+1, desc, rep, use)
 	p.SpansDropped = use.spansDropped
 	c.logf("   %s msg/s acked (%s in %.2fs, of %s left after the warm-up), pull %s, errors %s, CPU %s/msg on %.2f cores",
 		thousands(p.MsgsPerSec), thousands(float64(rep.Acked)), time.Duration(rep.Elapsed).Seconds(), thousands(float64(left)), p.Latency,
@@ -329,7 +338,7 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 
 // pullPhaseOf is the phase of a consumers-only report: messages acked per
 // second, pull latency, pull and ack errors.
-func pullPhaseOf(name string, round int, desc string, rep loadtest.Report, cpu time.Duration) phase {
+func pullPhaseOf(name string, round int, desc string, rep loadtest.Report, use usage) phase {
 	p := phase{Name: name, Round: round, Kind: "broker", Description: desc, Latency: rep.Pull.Latency, Report: &rep}
 	if e := time.Duration(rep.Elapsed).Seconds(); e > 0 {
 		p.MsgsPerSec = float64(rep.Acked) / e
@@ -342,7 +351,7 @@ func pullPhaseOf(name string, round int, desc string, rep loadtest.Report, cpu t
 			p.Errors[op+" "+code] += n
 		}
 	}
-	p.setCPU(cpu, rep.Acked, time.Duration(rep.Elapsed))
+	p.setCPU(use, rep.Acked, time.Duration(rep.Elapsed))
 	return p
 }
 
@@ -552,19 +561,21 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 	if len(r.Targets) > 0 && len(r.Targets[0].Rounds) > 1 {
 		b.WriteString("\nWith several rounds, the ratio is the median of the rounds' (with an even number, the mean of the middle two), measured and baseline are the median round's (the lower middle one), and every round's phases are below.\n")
 	}
-	b.WriteString("\n### Phases\n\n| phase | round | what | msg/s | p50 | p99 | p99.9 | max | CPU/msg | cores used | spans dropped | errors |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("\n### Phases\n\n| phase | round | what | msg/s | p50 | p99 | p99.9 | max | CPU/msg | cores used | Ps idle | spans dropped | errors |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	for _, p := range r.Phases {
 		l := p.Latency
 		errs := "0"
 		if len(p.Errors) > 0 {
 			errs = fmt.Sprint(p.Errors)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %s | %s |\n", p.Name, p.Round, p.Description, thousands(p.MsgsPerSec),
-			dur(l.P50), dur(l.P99), dur(l.P999), dur(l.Max), dur(p.CPUPerMsg), p.Cores, thousands(float64(p.SpansDropped)), errs)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %.2f | %s | %s |\n", p.Name, p.Round, p.Description, thousands(p.MsgsPerSec),
+			dur(l.P50), dur(l.P99), dur(l.P999), dur(l.Max), dur(p.CPUPerMsg), p.Cores, p.IdlePs, thousands(float64(p.SpansDropped)), errs)
 	}
 	b.WriteString("\nLatency is per send request for HTTP phases (per batch for batch sends), per pull that returned messages for the pull phase (whose msg/s is messages acked), and per synced commit for Pebble phases. " +
 		"CPU/msg is this process's CPU time (user+system: load generator and in-process server together, or Pebble) per message while measuring; " +
-		"cores used is that CPU time over wall time, out of the machine's CPUs — well below them means other processes took the rest. " +
+		"cores used is that CPU time over wall time, out of the machine's CPUs. " +
+		"Ps idle is the time the Go scheduler's Ps sat parked with nothing to run, over wall time: CPU this process left unused for want of work. " +
+		"The two need not add up to the CPUs: the process is not charged for loopback's receive path (softirq) or its io_uring workers, and other processes take their share. " +
 		"Spans dropped are the in-process broker's, while measuring, because its export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full: spans made and encoded but not exported.\n")
 	for _, p := range r.Phases {
 		if p.Report != nil && p.Report.Scenario.Consumers.Count > 0 {
