@@ -141,15 +141,14 @@ func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	return res, ctx.Err()
 }
 
-// idlePsTime is how long the Go scheduler's Ps have had nothing to run so
-// far, summed over Ps (runtime/metrics /cpu/classes/idle). Over a phase it
-// tells CPU the process left unused while it waited (for a sync, a linger,
-// the network) from CPU it never got: cores used alone cannot, since the
-// kernel does not charge the process for loopback's receive work
-// (softirq), 7–9% of the machine in a single-send phase. The runtime
-// brings the figure up to date only when a garbage collection ends, so
-// this runs one first: called before a phase and after it, the difference
-// covers the phase (a few ms of collection each, outside the measured CPU).
+// idlePsTime is how long the Go scheduler's Ps have sat parked with
+// nothing to run so far, summed over Ps (runtime/metrics
+// /cpu/classes/idle). Over a phase it tells the process waiting (for a
+// sync, a linger, the network) from the process not getting the CPU,
+// which cores used alone cannot: the kernel does not charge the process
+// for loopback's receive work. The runtime brings the figure up to date
+// only when a garbage collection ends, so this runs one first; called
+// before a phase and after it, the difference covers the phase.
 func idlePsTime() time.Duration {
 	runtime.GC()
 	s := []metrics.Sample{{Name: "/cpu/classes/idle:cpu-seconds"}}

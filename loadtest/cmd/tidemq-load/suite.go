@@ -58,14 +58,14 @@ type phase struct {
 	Latency loadtest.Latency `json:"latency"`
 	// CPUPerMsg is the process's CPU time (client and server, or Pebble)
 	// per message while measuring; Cores is that CPU time over the
-	// elapsed time: below the machine's CPUs when others take them.
-	CPUPerMsg time.Duration `json:"cpuPerMsgNs"`
-	Cores     float64       `json:"cores"`
-	// IdlePs is the Go scheduler's idle time over the elapsed time, in
-	// cores: CPU the process had nothing to run on (idlePsTime). Only for
-	// phases whose server is in this process.
-	IdlePs float64          `json:"idlePs,omitempty"`
-	Errors map[string]int64 `json:"errors,omitempty"`
+	// elapsed time; IdlePs is the time the Go scheduler's Ps sat parked,
+	// over the elapsed time (idlePsTime; not for the backlog suite, whose
+	// broker is another process). What the two leave of the CPUs went to
+	// other processes or to kernel work nobody is charged for.
+	CPUPerMsg time.Duration    `json:"cpuPerMsgNs"`
+	Cores     float64          `json:"cores"`
+	IdlePs    float64          `json:"idlePs,omitempty"`
+	Errors    map[string]int64 `json:"errors,omitempty"`
 	// SpansDropped is how many spans the in-process broker dropped while
 	// measuring because its export queue was full: that much tracing went
 	// unpaid (its export), so a phase with many is less traced than asked.
