@@ -86,18 +86,37 @@ exporters:
 `
 
 // startJaeger runs Jaeger on free loopback ports; it returns the OTLP/HTTP
-// endpoint and the query API base URL.
+// endpoint and the query API base URL. Jaeger takes its four ports from
+// its config, so they are picked before it starts, and another test's
+// server may take one in between (it failed .ci/run once: "bind: address
+// already in use"): then it starts again on fresh ports.
 func startJaeger(t *testing.T) (otlp, query string) {
 	t.Helper()
 	bin := jaegerBinary(t)
+	for attempt := 1; ; attempt++ {
+		otlp, query, log, ok := tryJaeger(t, bin)
+		if ok {
+			return otlp, query
+		}
+		if attempt == 3 || !strings.Contains(log, "address already in use") {
+			t.Fatalf("jaeger exited:\n%s", truncateLog(log))
+		}
+		t.Logf("jaeger could not bind a port it was given (attempt %d); starting again on fresh ones", attempt)
+	}
+}
+
+// tryJaeger starts Jaeger once and waits until its query API answers; ok
+// is false, with its log, when it exited first.
+func tryJaeger(t *testing.T, bin string) (otlp, query, log string, ok bool) {
+	t.Helper()
 	queryAddr, otlpAddr, health := freeAddr(t), freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(t.TempDir(), "jaeger.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, jaegerConfig, queryAddr, freeAddr(t), health, otlpAddr), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	out := &syncBuffer{}
 	cmd := exec.Command(bin, "--config", "file:"+cfg)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +126,7 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		_ = cmd.Process.Kill()
 		<-done
 		if t.Failed() {
-			t.Logf("jaeger log:\n%s", truncateLog(log.String()))
+			t.Logf("jaeger log:\n%s", truncateLog(out.String()))
 		}
 	})
 	hc := &http.Client{Timeout: time.Second}
@@ -117,16 +136,16 @@ func startJaeger(t *testing.T) (otlp, query string) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return "http://" + otlpAddr, "http://" + queryAddr
+				return "http://" + otlpAddr, "http://" + queryAddr, "", true
 			}
 		}
 		select {
 		case <-done:
-			t.Fatalf("jaeger exited:\n%s", log.String())
+			return "", "", out.String(), false
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("jaeger not ready: %v\n%s", err, truncateLog(log.String()))
+			t.Fatalf("jaeger not ready: %v\n%s", err, truncateLog(out.String()))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
