@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemq/tidemq/internal/listenlog"
 	"github.com/tidemq/tidemq/sdk"
 )
 
@@ -52,14 +52,19 @@ func buildBroker(t *testing.T) string {
 // broker is a running tidemq process.
 type broker struct {
 	cmd  *exec.Cmd
+	addr string // as bound, from its listening line
 	logs *syncBuffer
 	done chan struct{}
 }
 
-func startBroker(t *testing.T, bin, addr, dir string, c *sdk.Client) *broker {
+// startBroker starts the broker binary on addr and data dir and waits
+// until it is ready; with port 0 the address it bound is read from its
+// listening line (a port picked beforehand could be taken by another
+// test's socket before the broker binds it).
+func startBroker(t *testing.T, bin, addr, dir string) *broker {
 	t.Helper()
 	b := &broker{logs: &syncBuffer{}, done: make(chan struct{})}
-	b.cmd = exec.Command(bin, "--addr", addr, "--data", dir, "--log-level", "warn")
+	b.cmd = exec.Command(bin, "--addr", addr, "--data", dir, "--log-level", "info")
 	b.cmd.Stdout, b.cmd.Stderr = b.logs, b.logs
 	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -72,10 +77,21 @@ func startBroker(t *testing.T, bin, addr, dir string, c *sdk.Client) *broker {
 			t.Fatalf("broker exited at start:\n%s", b.logs.String())
 		default:
 		}
+		if b.addr = listenlog.Addr(b.logs.String()); b.addr == "" {
+			return false, nil
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		err := c.Ready(ctx)
-		return err == nil, err
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.addr+"/readyz", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("GET /readyz: %s", resp.Status)
 	})
 	return b
 }
@@ -95,19 +111,13 @@ func TestProducerSurvivesBrokerRestart(t *testing.T) {
 	}
 	t.Parallel()
 	bin := buildBroker(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
 	dir := t.TempDir()
+	first := startBroker(t, bin, "127.0.0.1:0", dir)
 	tr := &failCounter{base: http.DefaultTransport}
-	c, err := sdk.NewClient("http://"+addr, sdk.ClientOptions{HTTPClient: &http.Client{Transport: tr}, Logger: slog.New(slog.DiscardHandler)})
+	c, err := sdk.NewClient("http://"+first.addr, sdk.ClientOptions{HTTPClient: &http.Client{Transport: tr}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := startBroker(t, bin, addr, dir, c)
 	ctx := t.Context()
 	const topic = "crash"
 	if _, _, err := c.PutTopic(ctx, topic, sdk.TopicConfig{Queues: 4}); err != nil {
@@ -188,7 +198,7 @@ func TestProducerSurvivesBrokerRestart(t *testing.T) {
 	killedAt, down := stored.Load(), time.Now()
 	// Restart once sends have failed: the retries span the restart.
 	waitFor(t, 10*time.Second, "sends to fail", func() (bool, error) { return tr.failed.Load() > 0, nil })
-	startBroker(t, bin, addr, dir, c)
+	startBroker(t, bin, first.addr, dir)
 	t.Logf("SIGKILL after %d of %d sends; restarted in %v; %d failed attempts", killedAt, total, time.Since(down).Round(time.Millisecond), tr.failed.Load())
 	senders.Wait()
 	if killedAt >= total {
