@@ -71,27 +71,27 @@ func startBroker(t *testing.T, bin, addr, dir string) *broker {
 	}
 	go func() { _ = b.cmd.Wait(); close(b.done) }()
 	t.Cleanup(func() { b.kill() })
+	var ready *sdk.Client // once the address is known
 	waitFor(t, 20*time.Second, "the broker to be ready", func() (bool, error) {
 		select {
 		case <-b.done:
 			t.Fatalf("broker exited at start:\n%s", b.logs.String())
 		default:
 		}
-		if b.addr = listenlog.Addr(b.logs.String()); b.addr == "" {
-			return false, nil
+		if ready == nil {
+			if b.addr = listenlog.Addr(b.logs.String()); b.addr == "" {
+				return false, nil
+			}
+			c, err := sdk.NewClient("http://"+b.addr, sdk.ClientOptions{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ready = c
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.addr+"/readyz", nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Errorf("GET /readyz: %s", resp.Status)
+		err := ready.Ready(ctx)
+		return err == nil, err
 	})
 	return b
 }

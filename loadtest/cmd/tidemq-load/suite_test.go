@@ -47,8 +47,8 @@ func TestTargetsSuitePhases(t *testing.T) {
 		if p.MsgsPerSec <= 0 || p.Latency.P50 <= 0 || len(p.Errors) > 0 {
 			t.Errorf("phase %s: %g msg/s, p50 %v, errors %v", p.Name, p.MsgsPerSec, p.Latency.P50, p.Errors)
 		}
-		// One producer waits on every reply: Ps sit idle, never more than
-		// there are.
+		// One producer (or Pebble writer) waits on every reply: Ps sit
+		// idle, never more of them than there are.
 		if procs := float64(runtime.GOMAXPROCS(0)); p.IdlePs <= 0 || p.IdlePs > procs {
 			t.Errorf("phase %s: Ps idle %.3f cores, want some, at most %g", p.Name, p.IdlePs, procs)
 		}
