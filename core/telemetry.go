@@ -94,6 +94,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
 	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
 	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring (the rest are plain syscalls).")
+	spares := gauge("tidemq.store.wal.spares_used", "{file}", "WAL files since start that were zero-filled spares (their syncs write no inode) instead of new or short files.")
 	polledCommits := gauge("tidemq.store.wal.polled_commits", "{commit}", "Synced commits since start that waited for their WAL sync by polling (lone sends, while no other goroutine wanted the CPU) instead of parking.")
 	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
@@ -125,12 +126,13 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(stalls, stats.WriteStalls)
 			o.ObserveInt64(uringSyncs, stats.WALUringSyncs)
 			o.ObserveInt64(polledCommits, stats.WALPolledCommits)
+			o.ObserveInt64(spares, stats.WALSpares)
 		}
 		if dropper != nil {
 			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs, polledCommits, spansDropped)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs, polledCommits, spares, spansDropped)
 	return t, err
 }
 
@@ -156,6 +158,8 @@ type StoreStats struct {
 	// WALPolledCommits counts synced commits that waited for their WAL sync
 	// by polling instead of parking (core.PollingBatch).
 	WALPolledCommits int64
+	// WALSpares counts WAL files that were zero-filled spares.
+	WALSpares int64
 }
 
 // messageAttrs are the messaging semantic-convention attributes of a message.

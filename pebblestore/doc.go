@@ -107,4 +107,16 @@
 // polls the WAL's count of ended syncs before Batch.SyncWait, so the WAL
 // flusher finds it not parked and wakes nobody (Store.commitPolling).
 // Either way the commit returns once the data is durable.
+//
+// # WAL files
+//
+// Besides Pebble's files the directory may hold tidemq-wal-spare: a file
+// zero-filled to a WAL's length (1.1 × the memtable, 70 MiB by default)
+// and synced, which becomes Pebble's next WAL in place of a new file or of
+// a recycled one shorter than half of it (walspare.go). Syncing appends to
+// blocks already written needs no inode write; a new file's every sync
+// did. A spare is made only once the store has filled a memtable, only
+// with eight spares' worth of free disk, and in the background (one
+// mebibyte written and synced at a time); tidemq-wal-spare.tmp is one
+// being made, removed at the next open if a crash cut it short.
 package pebblestore

@@ -31,6 +31,10 @@ type Options struct {
 	// syscall instead of polling for its completion (walsync.go).
 	NoSyncSpin bool
 	Logger     *slog.Logger
+
+	// sparesOnFS gives a test's FS zero-filled WAL spares, as the real
+	// disk has (walspare.go).
+	sparesOnFS bool
 }
 
 // Store is the Pebble implementation of core.Store.
@@ -38,6 +42,9 @@ type Store struct {
 	db   *pebble.DB
 	fs   vfs.FS
 	ring *fsyncRing // nil: WAL syncs are plain syscalls
+	// spares are zero-filled files for Pebble's next WALs (walspare.go);
+	// nil on a test's FS.
+	spares *walSpares
 	// walSyncs is set when synced commits poll for their WAL sync
 	// (commitPolling): with the ring, and spinning allowed.
 	walSyncs *walSyncCounts
@@ -122,7 +129,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		po.Levels[i].BlockSize = 32 << 10
 	}
 	if opts.FS == nil {
-		// Only on the real disk: a test's FS keeps its own SyncData.
+		// Only on the real disk: a test's FS keeps its own SyncData, and
+		// an in-memory one has no inode to spare a write of.
 		ring, err := newFsyncRing()
 		if err != nil {
 			quietLogger{opts.Logger}.logger().Info("no io_uring: WAL syncs are plain fdatasync calls, each holding a scheduler thread", "reason", err)
@@ -131,11 +139,23 @@ func Open(dir string, opts Options) (*Store, error) {
 			if !opts.NoSyncSpin {
 				s.walSyncs = new(walSyncCounts)
 			}
-			po.FS = walSyncFS{FS: vfs.Default, ring: ring, spin: !opts.NoSyncSpin, counts: s.walSyncs}
 		}
+		po.FS = walSyncFS{FS: vfs.Default, ring: s.ring, spin: !opts.NoSyncSpin, counts: s.walSyncs}
+	}
+	if opts.FS == nil || opts.sparesOnFS {
+		// Pebble's own estimate of a WAL's length (walPreallocateSize).
+		walBytes := int64(opts.MemTableBytes) + int64(opts.MemTableBytes)/10
+		s.spares = newWALSpares(s.fs, dir, walBytes, quietLogger{opts.Logger}.logger())
+		fs, _ := po.FS.(walSyncFS)
+		if fs.FS == nil {
+			fs.FS = s.fs
+		}
+		fs.spares = s.spares
+		po.FS = fs
 	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
+		s.spares.close()
 		s.ring.close()
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
@@ -173,7 +193,9 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := errors.Join(s.db.Close(), s.ring.close())
+	err := s.db.Close()
+	s.spares.close()
+	err = errors.Join(err, s.ring.close())
 	if err != nil {
 		return fmt.Errorf("pebblestore: close: %w", err)
 	}
@@ -496,10 +518,11 @@ func (s *Store) Stats() core.StoreStats {
 	}
 	m := s.db.Metrics()
 	stats := core.StoreStats{
-		DiskBytes:     int64(m.DiskSpaceUsage()),
+		DiskBytes:     int64(m.DiskSpaceUsage()) + s.spares.diskBytes(),
 		L0Sublevels:   int64(m.Levels[0].Sublevels),
 		WriteStalls:   s.writeStalls.Load(),
 		WALUringSyncs: s.ring.syncs(),
+		WALSpares:     s.spares.taken(),
 	}
 	if s.walSyncs != nil {
 		stats.WALPolledCommits = s.walSyncs.polled.Load()

@@ -41,32 +41,65 @@ import (
 // way: the call returns once fdatasync(2) has, with its error.
 // Measurements: docs/BENCHMARKS.md, "Issue 10, session 6".
 
-// walSyncFS hands out WAL files whose SyncData goes through ring. Other
+// walSyncFS hands out Pebble's WAL files: zero-filled spares in place of
+// new or short ones (walspare.go), their SyncData through ring. Other
 // files (sstables, blob files, the MANIFEST) are synced by background work
 // and keep Pebble's own path.
 type walSyncFS struct {
 	vfs.FS
-	ring   *fsyncRing
+	ring   *fsyncRing // nil: WAL syncs are plain syscalls
 	spin   bool
 	counts *walSyncCounts
+	spares *walSpares // nil: Pebble's own files
 }
 
 func (fs walSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.Create(name, category)
-	return fs.wrap(name, f, err)
-}
-
-// ReuseForWrite is how Pebble opens a recycled WAL file.
-func (fs walSyncFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
-	return fs.wrap(newname, f, err)
-}
-
-func (fs walSyncFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") || f.Fd() == vfs.InvalidFd {
-		return f, err
+	if !isWAL(name) {
+		return fs.FS.Create(name, category)
 	}
-	return &walFile{File: f, ring: fs.ring, spin: fs.spin, counts: fs.counts}, nil
+	if fs.spares != nil {
+		if f, ok := fs.spares.take(name, category); ok {
+			return fs.wrap(f), nil
+		}
+		defer fs.spares.newLog()
+	}
+	f, err := fs.FS.Create(name, category)
+	if err != nil {
+		return nil, err
+	}
+	return fs.wrap(f), nil
+}
+
+// ReuseForWrite is how Pebble opens a recycled WAL file. A short one is
+// left for a spare: its syncs would write the inode as soon as the log
+// outgrew it. Pebble allows this (it stats the file it gets back).
+func (fs walSyncFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if !isWAL(newname) {
+		return fs.FS.ReuseForWrite(oldname, newname, category)
+	}
+	if fs.spares != nil {
+		if fi, err := fs.FS.Stat(oldname); err == nil && fi.Size() < fs.spares.size/2 {
+			if f, ok := fs.spares.take(newname, category); ok {
+				_ = fs.FS.Remove(oldname)
+				return fs.wrap(f), nil
+			}
+		}
+		defer fs.spares.newLog()
+	}
+	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
+	if err != nil {
+		return nil, err
+	}
+	return fs.wrap(f), nil
+}
+
+func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
+
+func (fs walSyncFS) wrap(f vfs.File) vfs.File {
+	if fs.ring == nil || f.Fd() == vfs.InvalidFd {
+		return f
+	}
+	return &walFile{File: f, ring: fs.ring, spin: fs.spin, counts: fs.counts}
 }
 
 type walFile struct {

@@ -1,0 +1,192 @@
+package pebblestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// writeUntilSpares writes synced 8 KiB values until the store has taken
+// want spares for its WALs and its current WAL is one (at most 40 MiB,
+// some 40 memtables); it returns how many keys it wrote.
+func writeUntilSpares(t *testing.T, s *Store, fs vfs.FS, dir string, want int64) int {
+	t.Helper()
+	value := bytes.Repeat([]byte("v"), 8<<10)
+	deadline := time.Now().Add(30 * time.Second)
+	n := 0
+	for s.spares.taken() < want || !isSpare(t, fs, dir, currentWAL(t, fs, dir), s.spares.size) {
+		if n == 5000 || time.Now().After(deadline) {
+			t.Fatalf("after %d synced writes (%d MiB): %d spares taken, want %d and the current WAL one", n, n*len(value)>>20, s.spares.taken(), want)
+		}
+		if err := s.db.Set(testKey(n), value, pebble.Sync); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	t.Logf("%d synced writes; %d spares taken; WALs %v", n, s.spares.taken(), wals(t, fs, dir))
+	return n
+}
+
+func testKey(i int) []byte { return fmt.Appendf(nil, "test/%06d", i) }
+
+func wals(t *testing.T, fs vfs.FS, dir string) []string {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return !isWAL(n) })
+	slices.Sort(names) // fixed-width numbers: the last is the newest
+	return names
+}
+
+func currentWAL(t *testing.T, fs vfs.FS, dir string) string {
+	t.Helper()
+	w := wals(t, fs, dir)
+	if len(w) == 0 {
+		t.Fatalf("no WAL in %s", dir)
+	}
+	return w[len(w)-1]
+}
+
+func isSpare(t *testing.T, fs vfs.FS, dir, name string, size int64) bool {
+	t.Helper()
+	fi, err := fs.Stat(fs.PathJoin(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size() == size
+}
+
+func checkKeys(t *testing.T, s *Store, n int) {
+	t.Helper()
+	for i := range n {
+		v, closer, err := s.db.Get(testKey(i))
+		if err != nil {
+			t.Fatalf("key %d of %d: %v", i, n, err)
+		}
+		if len(v) != 8<<10 {
+			t.Fatalf("key %d: %d bytes, want %d", i, len(v), 8<<10)
+		}
+		_ = closer.Close()
+	}
+}
+
+// On the real disk, Pebble's WALs after its first become zero-filled
+// spares, and what was written to them reads back after a reopen (Pebble
+// reads their zeros as the end of the log).
+func TestWALSparesServePebblesNewLogs(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MemTableBytes: 1 << 20, CacheBytes: 8 << 20}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := writeUntilSpares(t, s, vfs.Default, dir, 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vfs.Default.Stat(vfs.Default.PathJoin(dir, spareTmpName)); err == nil {
+		t.Errorf("%s left behind after Close", spareTmpName)
+	}
+
+	s, err = Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	checkKeys(t, s, n)
+}
+
+// The synced writes to a spare survive a crash: Pebble's recovery stops at
+// the zeros after the last record, as it does on a log of its own.
+func TestWALSparesKeepSyncedWritesThroughACrash(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	opts := Options{FS: fs, MemTableBytes: 1 << 20, CacheBytes: 8 << 20, sparesOnFS: true}
+	s, err := Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := writeUntilSpares(t, s, fs, "db", 2)
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	opts.FS = crashed
+	s, err = Open("db", opts)
+	if err != nil {
+		t.Fatalf("open after the crash: %v", err)
+	}
+	defer s.Close()
+	checkKeys(t, s, n)
+}
+
+// A spare left whole by the last run is used; a half-made or mis-sized one
+// is removed.
+func TestWALSparesLeftByTheLastRun(t *testing.T) {
+	const size = 64 << 10
+	for _, c := range []struct {
+		name      string
+		file      string
+		bytes     int
+		wantReady bool
+	}{
+		{"whole", spareName, size, true},
+		{"other size", spareName, size / 2, false},
+		{"half made", spareTmpName, size, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs := vfs.NewMem()
+			f, err := fs.Create(c.file, vfs.WriteCategoryUnspecified)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(make([]byte, c.bytes)); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+
+			s := newWALSpares(fs, "", size, slog.Default())
+			defer s.close()
+			if got := s.ready.Load(); got != c.wantReady {
+				t.Errorf("ready = %v, want %v", got, c.wantReady)
+			}
+			if _, err := fs.Stat(c.file); (err == nil) != c.wantReady {
+				t.Errorf("%s exists = %v, want %v", c.file, err == nil, c.wantReady)
+			}
+		})
+	}
+}
+
+type nearlyFullDisk struct{ vfs.FS }
+
+func (nearlyFullDisk) GetDiskUsage(string) (vfs.DiskUsage, error) {
+	return vfs.DiskUsage{AvailBytes: 4 << 20, TotalBytes: 1 << 30}, nil
+}
+
+// A spare never takes the disk's last free space: core's sends need it.
+func TestWALSparesLeaveALowDiskAlone(t *testing.T) {
+	fs := nearlyFullDisk{vfs.NewMem()}
+	s := newWALSpares(fs, "", 1<<20, slog.Default())
+	defer s.close()
+	if err := s.make(context.Background()); !errors.Is(err, errLowDisk) {
+		t.Fatalf("make on a disk with 4 MiB free: %v, want errLowDisk", err)
+	}
+	names, _ := fs.List("")
+	if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "tidemq-wal-spare") }) {
+		t.Errorf("a spare was written: %v", names)
+	}
+	if _, ok := s.take("000002.log", vfs.WriteCategoryUnspecified); ok {
+		t.Error("take handed out a spare that was never made")
+	}
+}
