@@ -215,7 +215,8 @@ func (s *Store) read(fn func() error) error {
 // Metrics exposes Pebble's metrics for monitoring.
 func (s *Store) Metrics() *pebble.Metrics { return s.db.Metrics() }
 
-// DiskUsage estimates the bytes the store occupies on disk.
+// DiskUsage estimates the bytes Pebble's files occupy on disk; Stats adds
+// the WAL spare.
 func (s *Store) DiskUsage() uint64 { return s.db.Metrics().DiskSpaceUsage() }
 
 // Flush forces the memtable to disk (tests and benchmarks use it).

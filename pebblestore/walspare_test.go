@@ -92,6 +92,19 @@ func TestWALSparesServePebblesNewLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := writeUntilSpares(t, s, vfs.Default, dir, 3)
+	if got := s.Stats().WALSpares; got != s.spares.taken() {
+		t.Errorf("Stats().WALSpares = %d, want the %d spares taken", got, s.spares.taken())
+	}
+	// The next spare, once made, is counted in the store's disk bytes.
+	for deadline := time.Now().Add(10 * time.Second); !s.spares.ready.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no spare made within 10 s of the last one taken")
+		}
+	}
+	before, stats, after := s.DiskUsage(), s.Stats(), s.DiskUsage()
+	if pebbles := uint64(stats.DiskBytes - s.spares.size); pebbles < min(before, after) || pebbles > max(before, after) {
+		t.Errorf("Stats().DiskBytes = %d, want Pebble's %d..%d and the spare's %d", stats.DiskBytes, before, after, s.spares.size)
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
