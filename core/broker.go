@@ -185,12 +185,14 @@ type topic struct {
 	indexCut atomic.Uint32
 	// metricAttrs labels the topic's send counters, made once: building
 	// the attribute set on every send was a percent of a single send's CPU.
-	metricAttrs metric.MeasurementOption
+	// A slice, passed on as it is: an option given alone is put in a new
+	// one by every call.
+	metricAttrs []metric.AddOption
 }
 
 func newTopic(rec *TopicRecord) *topic {
 	return &topic{rec: rec, subs: map[string]*subscription{},
-		metricAttrs: metric.WithAttributes(attribute.String("topic", rec.Name))}
+		metricAttrs: []metric.AddOption{metric.WithAttributes(attribute.String("topic", rec.Name))}}
 }
 
 // queue is one ordered log of a topic.

@@ -119,8 +119,8 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	for _, m := range msgs {
 		bytes += int64(len(m.Body))
 	}
-	b.tel.msgsIn.Add(ctx, int64(len(msgs)), t.metricAttrs)
-	b.tel.bytesIn.Add(ctx, bytes, t.metricAttrs)
+	b.tel.msgsIn.Add(ctx, int64(len(msgs)), t.metricAttrs...)
+	b.tel.bytesIn.Add(ctx, bytes, t.metricAttrs...)
 	return req.results, nil
 }
 

@@ -76,13 +76,26 @@ type Server struct {
 	httpDur  metric.Float64Histogram
 	// attrSets caches the attribute sets metrics are recorded with: built
 	// per request they were a third of the metrics' cost.
-	attrSets sync.Map // attrKey → metric.MeasurementOption
+	attrSets sync.Map // attrKey → []metric.RecordOption
 	attrN    atomic.Int64
 	tokens   atomic.Pointer[Tokens]
 	gzip     func(http.Handler) http.HandlerFunc
 }
 
-func (s *Server) compress(next http.Handler) http.Handler { return s.gzip(next) }
+// compress gzips replies for clients that accept it. A request that names
+// no encoding at all (the SDK's, curl's, the load tester's) skips gzhttp's
+// per-request writer: its reply is what gzhttp would send, Vary included.
+func (s *Server) compress(next http.Handler) http.Handler {
+	gzipped := s.gzip(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, named := r.Header["Accept-Encoding"]; named {
+			gzipped.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Add("Vary", "Accept-Encoding")
+		next.ServeHTTP(w, r)
+	})
+}
 
 // New builds the HTTP handler over a broker.
 func New(b *core.Broker, opts Options) (*Server, error) {
@@ -247,7 +260,7 @@ func (s *Server) timed(op string, h handlerFunc) handlerFunc {
 		start := time.Now()
 		err := h(w, r, body)
 		s.latency.Record(r.Context(), time.Since(start).Seconds(),
-			s.attrs(attrKey{op: op, topic: chi.URLParam(r, "topic")}))
+			s.attrs(attrKey{op: op, topic: chi.URLParam(r, "topic")})...)
 		return err
 	}
 }
@@ -312,8 +325,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 		buf.Grow(int(r.ContentLength))
 	}
 	n, err := buf.ReadFrom(io.LimitReader(src, limit+1))
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) || n > limit {
+	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge || n > limit {
 		return nil, newHTTPError(413, "request_too_large", "Request too large", "the request body is over %d bytes", limit)
 	}
 	if err != nil {
@@ -584,7 +596,7 @@ func (s *Server) requestLog(next http.Handler) http.Handler {
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 			route = rc.RoutePattern()
 		}
-		s.httpDur.Record(r.Context(), took.Seconds(), s.attrs(attrKey{method: r.Method, route: route, status: sw.status}))
+		s.httpDur.Record(r.Context(), took.Seconds(), s.attrs(attrKey{method: r.Method, route: route, status: sw.status})...)
 		if s.log.Enabled(r.Context(), level) {
 			s.log.Log(r.Context(), level, "http request", "method", r.Method, "path", r.URL.Path,
 				"status", sw.status, "bytes", sw.bytes, "duration", took, "request_id", id)
@@ -602,9 +614,9 @@ type attrKey struct {
 
 const maxCachedAttrSets = 10_000
 
-func (s *Server) attrs(k attrKey) metric.MeasurementOption {
+func (s *Server) attrs(k attrKey) []metric.RecordOption {
 	if o, ok := s.attrSets.Load(k); ok {
-		return o.(metric.MeasurementOption)
+		return o.([]metric.RecordOption)
 	}
 	var set attribute.Set
 	if k.op != "" {
@@ -613,12 +625,14 @@ func (s *Server) attrs(k attrKey) metric.MeasurementOption {
 		set = attribute.NewSet(attribute.String("http.request.method", k.method),
 			attribute.String("http.route", k.route), attribute.Int("http.response.status_code", k.status))
 	}
-	o := metric.WithAttributeSet(set)
+	// A slice, passed on as it is: an option given alone is put in a new
+	// one by every Record.
+	o := []metric.RecordOption{metric.WithAttributeSet(set)}
 	// Topic names come from requests (a 404 is timed too): the cache stops
 	// growing at a bound no real broker reaches.
 	if s.attrN.Add(1) <= maxCachedAttrSets {
 		if prev, loaded := s.attrSets.LoadOrStore(k, o); loaded {
-			return prev.(metric.MeasurementOption)
+			return prev.([]metric.RecordOption)
 		}
 	}
 	return o
