@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/pebblestore"
@@ -204,5 +205,72 @@ func BenchmarkReadMessages(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*pull), "ns/msg")
 		})
+	}
+}
+
+// BenchmarkFileAppendSync is why the store keeps zero-filled WAL spares
+// (walspare.go): an append and fdatasync to a file that grows, as Pebble's
+// new WAL files do, against the same on a file whose blocks were written
+// with zeros before. The first must write the inode too.
+//
+//	go test -run '^$' -bench FileAppendSync -benchtime 2000x ./pebblestore/
+func BenchmarkFileAppendSync(b *testing.B) {
+	const fileBytes = 64 << 20
+	for _, size := range []int{1300, 30 << 10} {
+		for _, zeroFilled := range []bool{false, true} {
+			name := fmt.Sprintf("new-file/%dB", size)
+			if zeroFilled {
+				name = fmt.Sprintf("zero-filled/%dB", size)
+			}
+			b.Run(name, func(b *testing.B) {
+				dir := b.TempDir()
+				fs := vfs.Default
+				var f vfs.File
+				written := 0
+				next := func() {
+					if f != nil {
+						_ = f.Close()
+					}
+					var err error
+					if f, err = fs.Create(fs.PathJoin(dir, fmt.Sprint("f", rand.Uint64())), vfs.WriteCategoryUnspecified); err != nil {
+						b.Fatal(err)
+					}
+					written = 0
+					if !zeroFilled {
+						return
+					}
+					zeros := make([]byte, 1<<20)
+					for range fileBytes / len(zeros) {
+						if _, err := f.Write(zeros); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := f.Sync(); err != nil {
+						b.Fatal(err)
+					}
+					if _, err := f.(io.Seeker).Seek(0, io.SeekStart); err != nil {
+						b.Fatal(err)
+					}
+				}
+				next()
+				defer f.Close()
+				buf := make([]byte, size)
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					if written+size > fileBytes {
+						b.StopTimer()
+						next()
+						b.StartTimer()
+					}
+					if _, err := f.Write(buf); err != nil {
+						b.Fatal(err)
+					}
+					written += size
+					if err := f.SyncData(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
