@@ -1085,6 +1085,10 @@ func TestE2ECompressedResponses(t *testing.T) {
 	if resp.Header.Get("Content-Encoding") != "" || !json.Valid(body) {
 		t.Errorf("no Accept-Encoding: Content-Encoding %q, body %q", resp.Header.Get("Content-Encoding"), truncate(body, 100))
 	}
+	// Caches keep the plain and the gzipped reply apart.
+	if v := resp.Header.Get("Vary"); v != "Accept-Encoding" {
+		t.Errorf("no Accept-Encoding: Vary %q, want Accept-Encoding", v)
+	}
 }
 
 func TestE2EInvalidJSON(t *testing.T) {

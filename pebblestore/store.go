@@ -160,6 +160,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
+	s.spares.start()
 	return s, nil
 }
 

@@ -170,6 +170,7 @@ func TestWALSparesLeftByTheLastRun(t *testing.T) {
 			_ = f.Close()
 
 			s := newWALSpares(fs, "", size, slog.Default())
+			s.start()
 			defer s.close()
 			if got := s.ready.Load(); got != c.wantReady {
 				t.Errorf("ready = %v, want %v", got, c.wantReady)
@@ -191,6 +192,7 @@ func (nearlyFullDisk) GetDiskUsage(string) (vfs.DiskUsage, error) {
 func TestWALSparesLeaveALowDiskAlone(t *testing.T) {
 	fs := nearlyFullDisk{vfs.NewMem()}
 	s := newWALSpares(fs, "", 1<<20, slog.Default())
+	s.start()
 	defer s.close()
 	if err := s.make(context.Background()); !errors.Is(err, errLowDisk) {
 		t.Fatalf("make on a disk with 4 MiB free: %v, want errLowDisk", err)
@@ -201,5 +203,31 @@ func TestWALSparesLeaveALowDiskAlone(t *testing.T) {
 	}
 	if _, ok := s.take("000002.log", vfs.WriteCategoryUnspecified); ok {
 		t.Error("take handed out a spare that was never made")
+	}
+}
+
+// A second open of a directory in use fails on Pebble's lock without
+// touching the spare the first store may be filling.
+func TestWALSparesOfAStoreInUseAreLeftAlone(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MemTableBytes: 1 << 20, CacheBytes: 8 << 20}
+	s, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// As the first store's maker leaves it while it fills one.
+	tmp := vfs.Default.PathJoin(dir, spareTmpName)
+	f, err := vfs.Default.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if second, err := Open(dir, opts); err == nil {
+		second.Close()
+		t.Fatal("a second Open of a directory in use succeeded")
+	}
+	if _, err := vfs.Default.Stat(tmp); err != nil {
+		t.Errorf("the refused second open removed the spare being filled: %v", err)
 	}
 }
