@@ -142,18 +142,19 @@ func (s *walSpares) newLog() {
 }
 
 // take moves the ready spare to newname and opens it for writing; ok is
-// false when no spare is ready (or the move failed, which is logged).
+// false when no spare is ready (or the move failed, which is logged), and
+// the caller then tells newLog of the file it makes instead.
 func (s *walSpares) take(newname string, category vfs.DiskWriteCategory) (f vfs.File, ok bool) {
 	if !s.ready.CompareAndSwap(true, false) {
 		return nil, false
 	}
-	defer s.newLog()
 	f, err := s.fs.ReuseForWrite(s.path(spareName), newname, category)
 	if err != nil {
 		s.log.Warn("pebblestore: using the WAL spare", "err", err)
 		return nil, false
 	}
 	s.used.Add(1)
+	s.newLog()
 	return f, true
 }
 
