@@ -111,9 +111,10 @@
 // # WAL files
 //
 // Besides Pebble's files the directory may hold tidemq-wal-spare: a file
-// zero-filled to a WAL's length (1.1 × the memtable, 70 MiB by default)
-// and synced, which becomes Pebble's next WAL in place of a new file or of
-// a recycled one shorter than half of it (walspare.go). Syncing appends to
+// zero-filled to the length of Pebble's next WAL (1.1 × its memtable: from
+// 282 KiB after an open up to 70 MiB by default) and synced, which becomes
+// that WAL in place of a new file or of a recycled one shorter than half
+// of it (walspare.go). Syncing appends to
 // blocks already written needs no inode write; a new file's every sync
 // did. A spare is made only once the store has filled a memtable, only
 // with eight spares' worth of free disk, and in the background, 1 MiB

@@ -143,9 +143,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		po.FS = walSyncFS{FS: vfs.Default, ring: s.ring, spin: !opts.NoSyncSpin, counts: s.walSyncs}
 	}
 	if opts.FS == nil || opts.sparesOnFS {
-		// Pebble's own estimate of a WAL's length (walPreallocateSize).
-		walBytes := int64(opts.MemTableBytes) + int64(opts.MemTableBytes)/10
-		s.spares = newWALSpares(s.fs, dir, walBytes, quietLogger{opts.Logger}.logger())
+		s.spares = newWALSpares(s.fs, dir, int64(opts.MemTableBytes), quietLogger{opts.Logger}.logger())
 		fs, _ := po.FS.(walSyncFS)
 		if fs.FS == nil {
 			fs.FS = s.fs

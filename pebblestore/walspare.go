@@ -3,6 +3,7 @@ package pebblestore
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -17,16 +18,17 @@ import (
 // and syncing took 169 µs on a growing file and 98 µs on one whose blocks
 // were written with zeros before, on the development VM's disk
 // (BenchmarkFileAppendSync); fallocate does not help, since its extents
-// are "unwritten" and converting them is metadata again. Pebble recycles WAL files for this
-// reason, but a recycled log is only as long as the memtable it held, and
-// Pebble grows its memtables from 256 KiB: a new store's first WALs are
-// new files and its first recycled ones are short, and either way every
-// acknowledged send paid the inode write until the recycled logs had
-// grown. So the store keeps one spare, zero-filled to a full WAL's length
-// and synced, and hands it to Pebble as its next WAL whenever that would
-// be a new file or a recycled one shorter than half a spare. A used spare
-// becomes a long recycled log in its turn, so once Pebble has enough of
-// them no more spares are made. PostgreSQL zero-fills its WAL segments
+// are "unwritten" and converting them is metadata again. Pebble recycles
+// WAL files for this reason, but a recycled log is only as long as the
+// memtable it held, and Pebble grows its memtables from 256 KiB: a new
+// store's first WALs are new files and its first recycled ones are short,
+// and either way every acknowledged send paid the inode write until the
+// recycled logs had grown. So the store keeps one spare, zero-filled as
+// long as the WAL it is for (sizeFor) and synced, and hands it to Pebble
+// as its next WAL whenever that would be a new file or a recycled one
+// shorter than half of what it needs. A used spare becomes a recycled log
+// of the right length in its turn, so once Pebble's memtables have grown
+// no more spares are made. PostgreSQL zero-fills its WAL segments
 // (wal_init_zero) and RocketMQ pre-writes its commit log files for the
 // same reason.
 //
@@ -38,22 +40,22 @@ const (
 	spareTmpName = "tidemq-wal-spare.tmp" // one being filled
 	// spareChunk is written and synced at a time, so that a WAL sync
 	// queued behind the filling waits for one chunk, not the whole file.
-	// Smaller chunks cost more than they spare: at 128 KiB (560 syncs a
-	// spare) the end-to-end phase's p99 kept its 2.1–2.2 ms where 1 MiB
-	// raised it to 2.7–2.8 ms, but single sends at 64 producers took
-	// 85–116 µs of CPU each against 64–76 µs (alternating builds).
+	// Smaller chunks cost more than they spare: at 128 KiB (560 syncs for
+	// a full spare) single sends at 64 producers took 85–116 µs of CPU
+	// each against 64–76 µs. What lengthened WAL syncs was the zeros'
+	// volume, which sizeFor keeps to what the WALs need.
 	spareChunk = 1 << 20
 )
 
 // walSpares makes spares in the background, one at a time, and hands a
 // ready one out. The store owns it: close stops the maker.
 type walSpares struct {
-	fs   vfs.FS
-	dir  string
-	size int64
-	log  *slog.Logger
+	fs       vfs.FS
+	dir      string
+	memtable int64 // the memtable size Pebble grows its memtables to
+	log      *slog.Logger
 
-	ready atomic.Bool  // a whole, synced spare is at spareName
+	ready atomic.Int64 // the length of the whole, synced spare at spareName; 0: none
 	logs  atomic.Int32 // WAL files handed to Pebble since open
 	used  atomic.Int64 // of them, spares
 	want  chan struct{}
@@ -67,23 +69,40 @@ type walSpares struct {
 	done    sync.WaitGroup
 }
 
-// newWALSpares prepares spares for dir, whose WALs are size bytes long;
-// none is handed out or made before start.
-func newWALSpares(fs vfs.FS, dir string, size int64, log *slog.Logger) *walSpares {
-	return &walSpares{fs: fs, dir: dir, size: size, log: log, want: make(chan struct{}, 1)}
+// newWALSpares prepares spares for dir, whose memtables grow to memtable
+// bytes; none is handed out or made before start.
+func newWALSpares(fs vfs.FS, dir string, memtable int64, log *slog.Logger) *walSpares {
+	return &walSpares{fs: fs, dir: dir, memtable: memtable, log: log, want: make(chan struct{}, 1)}
+}
+
+// pebbleFirstMemtable is the size Pebble gives its first memtable after an
+// open, doubling it at each rotation up to Options.MemTableSize.
+const pebbleFirstMemtable = 256 << 10
+
+// sizeFor is the length of a spare for the n-th WAL since open: as long as
+// the memtable that WAL holds, and a tenth more, as Pebble preallocates.
+// Making every spare as long as the largest WAL wrote ~70 MiB of zeros for
+// each of a new store's 256 KiB, 512 KiB… logs, and those writes lengthened
+// its WAL syncs (the end-to-end phase's p99 2.7–2.8 against 2.1–2.2 ms).
+func (s *walSpares) sizeFor(n int32) int64 {
+	memtable := min(int64(pebbleFirstMemtable), s.memtable)
+	for ; n > 1 && memtable < s.memtable; n-- {
+		memtable = min(2*memtable, s.memtable)
+	}
+	return memtable + memtable/10
 }
 
 // start is called once Pebble holds the directory's lock, since it removes
 // what another process could be filling: a spare left half made by the
-// last run. A whole one is used.
+// last run. A whole one is used, whatever its length.
 func (s *walSpares) start() {
 	if s == nil {
 		return
 	}
 	_ = s.fs.Remove(s.path(spareTmpName))
 	if fi, err := s.fs.Stat(s.path(spareName)); err == nil {
-		if fi.Size() == s.size {
-			s.ready.Store(true)
+		if fi.Size() > 0 {
+			s.ready.Store(fi.Size())
 		} else {
 			_ = s.fs.Remove(s.path(spareName))
 		}
@@ -98,10 +117,10 @@ func (s *walSpares) path(name string) string { return s.fs.PathJoin(s.dir, name)
 // diskBytes is what the spare holds on disk (Pebble's own count leaves it
 // out).
 func (s *walSpares) diskBytes() int64 {
-	if s == nil || !s.ready.Load() {
+	if s == nil {
 		return 0
 	}
-	return s.size
+	return s.ready.Load()
 }
 
 // taken counts the WALs that were spares since open.
@@ -129,7 +148,7 @@ func (s *walSpares) close() {
 // open makes; only a store that has filled a memtable gets spares (and a
 // maker goroutine), so a store that never takes much writes none.
 func (s *walSpares) newLog() {
-	if s.logs.Add(1) <= 1 || s.ready.Load() {
+	if s.logs.Add(1) <= 1 || s.ready.Load() > 0 {
 		return
 	}
 	s.mu.Lock()
@@ -145,11 +164,13 @@ func (s *walSpares) newLog() {
 	}
 }
 
-// take moves the ready spare to newname and opens it for writing; ok is
-// false when no spare is ready (or the move failed, which is logged), and
-// the caller then tells newLog of the file it makes instead.
-func (s *walSpares) take(newname string, category vfs.DiskWriteCategory) (f vfs.File, ok bool) {
-	if !s.ready.CompareAndSwap(true, false) {
+// take moves the ready spare to newname and opens it for writing, if it
+// is longer than shorter (a recycled log's length; 0 for a new file). ok is
+// false when it is not (or the move failed, which is logged), and the
+// caller then tells newLog of the file it makes instead.
+func (s *walSpares) take(newname string, category vfs.DiskWriteCategory, shorter int64) (f vfs.File, ok bool) {
+	size := s.ready.Load()
+	if size <= shorter || !s.ready.CompareAndSwap(size, 0) {
 		return nil, false
 	}
 	f, err := s.fs.ReuseForWrite(s.path(spareName), newname, category)
@@ -162,6 +183,10 @@ func (s *walSpares) take(newname string, category vfs.DiskWriteCategory) (f vfs.
 	return f, true
 }
 
+// short reports whether a recycled log of length size is short for the WAL
+// Pebble asks for now: shorter than half the spare it should have.
+func (s *walSpares) short(size int64) bool { return size < s.sizeFor(s.logs.Load()+1)/2 }
+
 func (s *walSpares) run(ctx context.Context) {
 	for {
 		select {
@@ -169,10 +194,10 @@ func (s *walSpares) run(ctx context.Context) {
 			return
 		case <-s.want:
 		}
-		if s.ready.Load() {
+		if s.ready.Load() > 0 {
 			continue
 		}
-		if err := s.make(ctx); err != nil {
+		if err := s.make(ctx, s.sizeFor(s.logs.Load()+1)); err != nil {
 			_ = s.fs.Remove(s.path(spareTmpName))
 			if ctx.Err() == nil {
 				s.log.Info("pebblestore: no WAL spare; the next WAL is a new file", "err", err)
@@ -181,25 +206,26 @@ func (s *walSpares) run(ctx context.Context) {
 	}
 }
 
-// make fills a spare under a temporary name and renames it once synced, so
-// that a spare under its own name is always whole. It leaves the disk's
-// last free space alone: sends need it more (core refuses them below
-// --min-free-bytes), and without a spare Pebble just starts a new file.
-func (s *walSpares) make(ctx context.Context) error {
-	if du, err := s.fs.GetDiskUsage(s.dir); err == nil && du.AvailBytes < uint64(8*s.size) {
+// make fills a spare of size bytes under a temporary name and renames it
+// once synced, so that a spare under its own name is always whole. It
+// leaves the disk's last free space alone: sends need it more (core
+// refuses them below --min-free-bytes), and without a spare Pebble just
+// starts a new file.
+func (s *walSpares) make(ctx context.Context, size int64) error {
+	if du, err := s.fs.GetDiskUsage(s.dir); err == nil && du.AvailBytes < uint64(8*s.sizeFor(math.MaxInt32)) {
 		return errLowDisk
 	}
 	f, err := s.fs.Create(s.path(spareTmpName), vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	zeros := make([]byte, spareChunk)
-	for off := int64(0); off < s.size; off += spareChunk {
+	zeros := make([]byte, min(spareChunk, size))
+	for off := int64(0); off < size; off += spareChunk {
 		if err := ctx.Err(); err != nil {
 			_ = f.Close()
 			return err
 		}
-		n := min(spareChunk, s.size-off)
+		n := min(spareChunk, size-off)
 		if _, err := f.Write(zeros[:n]); err != nil {
 			_ = f.Close()
 			return err
@@ -219,7 +245,7 @@ func (s *walSpares) make(ctx context.Context) error {
 	if err := s.fs.Rename(s.path(spareTmpName), s.path(spareName)); err != nil {
 		return err
 	}
-	s.ready.Store(true)
+	s.ready.Store(size)
 	return nil
 }
 

@@ -23,7 +23,7 @@ func writeUntilSpares(t *testing.T, s *Store, fs vfs.FS, dir string, want int64)
 	value := bytes.Repeat([]byte("v"), 8<<10)
 	deadline := time.Now().Add(30 * time.Second)
 	n := 0
-	for s.spares.taken() < want || !isSpare(t, fs, dir, currentWAL(t, fs, dir), s.spares.size) {
+	for s.spares.taken() < want || !isSpare(t, s, fs, dir, currentWAL(t, fs, dir)) {
 		if n == 5000 || time.Now().After(deadline) {
 			t.Fatalf("after %d synced writes (%d MiB): %d spares taken, want %d and the current WAL one", n, n*len(value)>>20, s.spares.taken(), want)
 		}
@@ -58,13 +58,19 @@ func currentWAL(t *testing.T, fs vfs.FS, dir string) string {
 	return w[len(w)-1]
 }
 
-func isSpare(t *testing.T, fs vfs.FS, dir, name string, size int64) bool {
+// isSpare reports whether the named file has the length of a spare.
+func isSpare(t *testing.T, s *Store, fs vfs.FS, dir, name string) bool {
 	t.Helper()
 	fi, err := fs.Stat(fs.PathJoin(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fi.Size() == size
+	for n := int32(1); n < 32; n++ {
+		if fi.Size() == s.spares.sizeFor(n) {
+			return true
+		}
+	}
+	return false
 }
 
 func checkKeys(t *testing.T, s *Store, n int) {
@@ -96,14 +102,15 @@ func TestWALSparesServePebblesNewLogs(t *testing.T) {
 		t.Errorf("Stats().WALSpares = %d, want the %d spares taken", got, s.spares.taken())
 	}
 	// The next spare, once made, is counted in the store's disk bytes.
-	for deadline := time.Now().Add(10 * time.Second); !s.spares.ready.Load(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); s.spares.ready.Load() == 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("no spare made within 10 s of the last one taken")
 		}
 	}
+	spare := s.spares.ready.Load()
 	before, stats, after := s.DiskUsage(), s.Stats(), s.DiskUsage()
-	if pebbles := uint64(stats.DiskBytes - s.spares.size); pebbles < min(before, after) || pebbles > max(before, after) {
-		t.Errorf("Stats().DiskBytes = %d, want Pebble's %d..%d and the spare's %d", stats.DiskBytes, before, after, s.spares.size)
+	if pebbles := uint64(stats.DiskBytes - spare); pebbles < min(before, after) || pebbles > max(before, after) {
+		t.Errorf("Stats().DiskBytes = %d, want Pebble's %d..%d and the spare's %d", stats.DiskBytes, before, after, spare)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -144,19 +151,18 @@ func TestWALSparesKeepSyncedWritesThroughACrash(t *testing.T) {
 	checkKeys(t, s, n)
 }
 
-// A spare left whole by the last run is used; a half-made or mis-sized one
-// is removed.
+// A spare left whole by the last run is used, whatever its length; a
+// half-made or empty one is removed.
 func TestWALSparesLeftByTheLastRun(t *testing.T) {
-	const size = 64 << 10
 	for _, c := range []struct {
 		name      string
 		file      string
 		bytes     int
-		wantReady bool
+		wantReady int64
 	}{
-		{"whole", spareName, size, true},
-		{"other size", spareName, size / 2, false},
-		{"half made", spareTmpName, size, false},
+		{"whole", spareName, 300 << 10, 300 << 10},
+		{"empty", spareName, 0, 0},
+		{"half made", spareTmpName, 300 << 10, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := vfs.NewMem()
@@ -169,16 +175,33 @@ func TestWALSparesLeftByTheLastRun(t *testing.T) {
 			}
 			_ = f.Close()
 
-			s := newWALSpares(fs, "", size, slog.Default())
+			s := newWALSpares(fs, "", 64<<20, slog.Default())
 			s.start()
 			defer s.close()
 			if got := s.ready.Load(); got != c.wantReady {
-				t.Errorf("ready = %v, want %v", got, c.wantReady)
+				t.Errorf("ready = %d bytes, want %d", got, c.wantReady)
 			}
-			if _, err := fs.Stat(c.file); (err == nil) != c.wantReady {
-				t.Errorf("%s exists = %v, want %v", c.file, err == nil, c.wantReady)
+			if _, err := fs.Stat(c.file); (err == nil) != (c.wantReady > 0) {
+				t.Errorf("%s exists = %v, want %v", c.file, err == nil, c.wantReady > 0)
 			}
 		})
+	}
+}
+
+// Spares grow with Pebble's memtables: 1.1 × 256 KiB for the first WAL,
+// doubling to 1.1 × the memtable size.
+func TestWALSpareSizes(t *testing.T) {
+	s := newWALSpares(vfs.NewMem(), "", 4<<20, slog.Default())
+	var got []int64
+	for n := int32(1); n <= 6; n++ {
+		got = append(got, s.sizeFor(n))
+	}
+	want := []int64{288358, 576716, 1153433, 2306867, 4613734, 4613734}
+	if !slices.Equal(got, want) {
+		t.Errorf("sizes for WALs 1–6 with 4 MiB memtables: %v, want %v", got, want)
+	}
+	if small := newWALSpares(vfs.NewMem(), "", 100<<10, slog.Default()); small.sizeFor(3) != 112640 {
+		t.Errorf("a 100 KiB memtable's spare: %d bytes, want 112640", small.sizeFor(3))
 	}
 }
 
@@ -194,14 +217,14 @@ func TestWALSparesLeaveALowDiskAlone(t *testing.T) {
 	s := newWALSpares(fs, "", 1<<20, slog.Default())
 	s.start()
 	defer s.close()
-	if err := s.make(context.Background()); !errors.Is(err, errLowDisk) {
+	if err := s.make(context.Background(), 1<<20); !errors.Is(err, errLowDisk) {
 		t.Fatalf("make on a disk with 4 MiB free: %v, want errLowDisk", err)
 	}
 	names, _ := fs.List("")
 	if slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "tidemq-wal-spare") }) {
 		t.Errorf("a spare was written: %v", names)
 	}
-	if _, ok := s.take("000002.log", vfs.WriteCategoryUnspecified); ok {
+	if _, ok := s.take("000002.log", vfs.WriteCategoryUnspecified, 0); ok {
 		t.Error("take handed out a spare that was never made")
 	}
 }

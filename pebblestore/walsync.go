@@ -58,7 +58,7 @@ func (fs walSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.Fil
 		return fs.FS.Create(name, category)
 	}
 	if fs.spares != nil {
-		if f, ok := fs.spares.take(name, category); ok {
+		if f, ok := fs.spares.take(name, category, 0); ok {
 			return fs.wrap(f), nil
 		}
 		defer fs.spares.newLog()
@@ -78,8 +78,8 @@ func (fs walSyncFS) ReuseForWrite(oldname, newname string, category vfs.DiskWrit
 		return fs.FS.ReuseForWrite(oldname, newname, category)
 	}
 	if fs.spares != nil {
-		if fi, err := fs.FS.Stat(oldname); err == nil && fi.Size() < fs.spares.size/2 {
-			if f, ok := fs.spares.take(newname, category); ok {
+		if fi, err := fs.FS.Stat(oldname); err == nil && fs.spares.short(fi.Size()) {
+			if f, ok := fs.spares.take(newname, category, fi.Size()); ok {
 				_ = fs.FS.Remove(oldname)
 				return fs.wrap(f), nil
 			}
