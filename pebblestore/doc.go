@@ -117,7 +117,7 @@
 // of it (walspare.go). Syncing appends to
 // blocks already written needs no inode write; a new file's every sync
 // did. A spare is made only once the store has filled a memtable, only
-// with eight spares' worth of free disk, and in the background, 1 MiB
+// with eight full spares' worth of free disk, and in the background, 1 MiB
 // written and synced at a time; tidemq-wal-spare.tmp is one being made,
 // removed at the next open if a crash cut it short.
 package pebblestore
