@@ -36,6 +36,19 @@ func writeUntilSpares(t *testing.T, s *Store, fs vfs.FS, dir string, want int64)
 	return n
 }
 
+// smallStore has 1 MiB memtables, so a few MiB of writes rotate WALs.
+var smallStore = Options{MemTableBytes: 1 << 20, CacheBytes: 8 << 20}
+
+// openSmallDiskStore opens a smallStore in dir on the real disk.
+func openSmallDiskStore(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(dir, smallStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func testKey(i int) []byte { return fmt.Appendf(nil, "test/%06d", i) }
 
 func wals(t *testing.T, fs vfs.FS, dir string) []string {
@@ -92,11 +105,7 @@ func checkKeys(t *testing.T, s *Store, n int) {
 // reads their zeros as the end of the log).
 func TestWALSparesServePebblesNewLogs(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{MemTableBytes: 1 << 20, CacheBytes: 8 << 20}
-	s, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSmallDiskStore(t, dir)
 	n := writeUntilSpares(t, s, vfs.Default, dir, 3)
 	if got := s.Stats().WALSpares; got != s.spares.taken() {
 		t.Errorf("Stats().WALSpares = %d, want the %d spares taken", got, s.spares.taken())
@@ -119,10 +128,7 @@ func TestWALSparesServePebblesNewLogs(t *testing.T) {
 		t.Errorf("%s left behind after Close", spareTmpName)
 	}
 
-	s, err = Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = openSmallDiskStore(t, dir)
 	defer s.Close()
 	checkKeys(t, s, n)
 }
@@ -131,7 +137,8 @@ func TestWALSparesServePebblesNewLogs(t *testing.T) {
 // the zeros after the last record, as it does on a log of its own.
 func TestWALSparesKeepSyncedWritesThroughACrash(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	opts := Options{FS: fs, MemTableBytes: 1 << 20, CacheBytes: 8 << 20, sparesOnFS: true}
+	opts := smallStore
+	opts.FS, opts.sparesOnFS = fs, true
 	s, err := Open("db", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -233,11 +240,7 @@ func TestWALSparesLeaveALowDiskAlone(t *testing.T) {
 // touching the spare the first store may be filling.
 func TestWALSparesOfAStoreInUseAreLeftAlone(t *testing.T) {
 	dir := t.TempDir()
-	opts := Options{MemTableBytes: 1 << 20, CacheBytes: 8 << 20}
-	s, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openSmallDiskStore(t, dir)
 	defer s.Close()
 	// As the first store's maker leaves it while it fills one.
 	tmp := vfs.Default.PathJoin(dir, spareTmpName)
@@ -246,7 +249,7 @@ func TestWALSparesOfAStoreInUseAreLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Close()
-	if second, err := Open(dir, opts); err == nil {
+	if second, err := Open(dir, smallStore); err == nil {
 		second.Close()
 		t.Fatal("a second Open of a directory in use succeeded")
 	}
