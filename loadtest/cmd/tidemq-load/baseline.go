@@ -122,13 +122,11 @@ func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	case <-ctx.Done():
 	}
 	start = time.Now()
-	idle0 := idlePsTime()
-	cpu0 := cpuTime()
+	mark := markUsage()
 	measuring.Store(true)
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu := cpuTime() - cpu0
-	idle := idlePsTime() - idle0
+	use := mark.since()
 	if firstErr != nil {
 		return res, fmt.Errorf("pebble commit: %w", firstErr)
 	}
@@ -136,7 +134,7 @@ func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	for _, w := range hists {
 		h.Merge(w)
 	}
-	res = pebbleResult{Messages: messages.Load(), Elapsed: loadtest.Seconds(elapsed), Commit: loadtest.LatencyOf(h), CPU: cpu, IdlePs: idle}
+	res = pebbleResult{Messages: messages.Load(), Elapsed: loadtest.Seconds(elapsed), Commit: loadtest.LatencyOf(h), CPU: use.cpu, IdlePs: use.idlePs}
 	res.MsgsPerSec = float64(res.Messages) / elapsed.Seconds()
 	return res, ctx.Err()
 }
@@ -157,6 +155,24 @@ func idlePsTime() time.Duration {
 		return 0
 	}
 	return time.Duration(s[0].Value.Float64() * float64(time.Second))
+}
+
+// usageMark is where a measured run began: the process's CPU time and its
+// Ps' idle time then.
+type usageMark struct{ cpu, idlePs time.Duration }
+
+// markUsage and since read idlePsTime outside the CPU window (before it,
+// then after it): the garbage collection that brings the idle figure up to
+// date is not the run's CPU.
+func markUsage() usageMark {
+	idle := idlePsTime()
+	return usageMark{cpu: cpuTime(), idlePs: idle}
+}
+
+// since is the CPU and idle time from m to now.
+func (m usageMark) since() usage {
+	cpu := cpuTime() - m.cpu
+	return usage{cpu: cpu, idlePs: idlePsTime() - m.idlePs}
 }
 
 // cpuTime is the CPU time (user and system) this process used so far.

@@ -189,11 +189,10 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 			c.logf("   %s: %s", r.what, r.path)
 		}()
 	}
-	idle0 := idlePsTime()
-	cpu0, dropped0 := cpuTime(), spansDroppedSoFar()
+	mark, dropped0 := markUsage(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
-	use = usage{cpu: cpuTime() - cpu0, spansDropped: spansDroppedSoFar() - dropped0}
-	use.idlePs = idlePsTime() - idle0
+	use = mark.since()
+	use.spansDropped = spansDroppedSoFar() - dropped0
 	return rep, use, err
 }
 
