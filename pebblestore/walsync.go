@@ -59,15 +59,11 @@ func (fs walSyncFS) Create(name string, category vfs.DiskWriteCategory) (vfs.Fil
 	}
 	if fs.spares != nil {
 		if f, ok := fs.spares.take(name, category, 0); ok {
-			return fs.wrap(f), nil
+			return fs.wrap(f, nil)
 		}
 		defer fs.spares.newLog()
 	}
-	f, err := fs.FS.Create(name, category)
-	if err != nil {
-		return nil, err
-	}
-	return fs.wrap(f), nil
+	return fs.wrap(fs.FS.Create(name, category))
 }
 
 // ReuseForWrite is how Pebble opens a recycled WAL file. A short one is
@@ -81,25 +77,22 @@ func (fs walSyncFS) ReuseForWrite(oldname, newname string, category vfs.DiskWrit
 		if fi, err := fs.FS.Stat(oldname); err == nil && fs.spares.short(fi.Size()) {
 			if f, ok := fs.spares.take(newname, category, fi.Size()); ok {
 				_ = fs.FS.Remove(oldname)
-				return fs.wrap(f), nil
+				return fs.wrap(f, nil)
 			}
 		}
 		defer fs.spares.newLog()
 	}
-	f, err := fs.FS.ReuseForWrite(oldname, newname, category)
-	if err != nil {
-		return nil, err
-	}
-	return fs.wrap(f), nil
+	return fs.wrap(fs.FS.ReuseForWrite(oldname, newname, category))
 }
 
 func isWAL(name string) bool { return strings.HasSuffix(name, ".log") }
 
-func (fs walSyncFS) wrap(f vfs.File) vfs.File {
-	if fs.ring == nil || f.Fd() == vfs.InvalidFd {
-		return f
+// wrap gives a WAL file's syncs to the ring, when there is one.
+func (fs walSyncFS) wrap(f vfs.File, err error) (vfs.File, error) {
+	if err != nil || fs.ring == nil || f.Fd() == vfs.InvalidFd {
+		return f, err
 	}
-	return &walFile{File: f, ring: fs.ring, spin: fs.spin, counts: fs.counts}
+	return &walFile{File: f, ring: fs.ring, spin: fs.spin, counts: fs.counts}, nil
 }
 
 type walFile struct {
