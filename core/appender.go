@@ -146,7 +146,7 @@ func (b *Broker) appendLoop() {
 		if first.kind != reqAdmin {
 			pending, size, carry = b.gather(pending, size, math.MaxInt, nil)
 			if carry == nil && lastRound >= lingerMinRequests {
-				pending, size, carry = b.gather(pending, size, 2*lastRound, linger)
+				pending, _, carry = b.gather(pending, size, 2*lastRound, linger)
 			}
 		}
 		lastRound = len(pending)

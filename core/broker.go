@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -587,8 +586,6 @@ func (b *Broker) Ready() error {
 	}
 	return nil
 }
-
-var errStopped = errors.New("appender stopped")
 
 func (b *Broker) topicName(t *topic) string {
 	b.mu.RLock()

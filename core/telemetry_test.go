@@ -148,7 +148,7 @@ func (c *spanCollector) spans(t *testing.T) []sdktrace.ReadOnlySpan {
 func spanAttr(s sdktrace.ReadOnlySpan, key string) (string, bool) {
 	for _, kv := range s.Attributes() {
 		if string(kv.Key) == key {
-			return kv.Value.Emit(), true
+			return kv.Value.String(), true
 		}
 	}
 	return "", false
