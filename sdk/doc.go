@@ -24,6 +24,10 @@
 // them against one sentinel per error code (ErrTopicNotFound,
 // ErrInvalidName, …).
 //
+// Replies are not gzipped unless ClientOptions.Compression asks: on a LAN,
+// compressing and inflating pull replies costs both sides more CPU than the
+// bandwidth it saves is worth.
+//
 // Traces: every request carries the W3C traceparent of its ctx, so a send
 // joins the caller's trace; the ctx a Handler gets continues the message's
 // trace (and holds a "tidemq.process" span when a TracerProvider is set).

@@ -1,5 +1,10 @@
-// Package webhook delivers the broker's outbound HTTP calls: alert
-// notifications to subscription webhooks. Each endpoint has its own queue
-// and a circuit breaker (sony/gobreaker), so a dead endpoint is probed, not
-// hammered, and what it missed is delivered once it is back.
+// Package webhook makes the broker's outbound HTTP calls, which core never
+// makes: push delivery (the Pusher POSTs the messages of subscriptions with
+// a push endpoint, acking on 2xx and nacking otherwise) and alert
+// notifications to webhooks (the Notifier). Each endpoint has its own
+// circuit breaker (sony/gobreaker), so a dead endpoint is probed, not
+// hammered: a push the breaker stops is released without counting an
+// attempt, so an outage does not burn messages into the DLQ, and alerts
+// wait in the endpoint's bounded queue (the oldest dropped past it) until
+// it is back.
 package webhook

@@ -3,11 +3,12 @@
 //
 // The broker allocates a lot per message (request bodies, records, span
 // data) and keeps little in the Go heap: its big memory, Pebble's block
-// cache and memtables, is allocated outside it. With Go's default (collect
-// when the heap has doubled) the collector took ~10% of the CPU under load;
-// collecting at 5× the live heap gave +13% messages per second in the load
-// tester's send+pull mix (docs/BENCHMARKS.md). The soft memory limit keeps
-// a large live heap (many leases, a full dedup window) from growing 5×.
+// cache and memtables, is allocated outside it. Go's default (collect when
+// the heap has doubled) therefore collects far more often than the live
+// heap needs, about a tenth of the CPU under load; collecting at 5× the
+// live heap spends a fraction of that (docs/BENCHMARKS.md, "Performance
+// decisions"). The soft memory limit keeps a large live heap (many leases,
+// a full dedup window) from growing 5×.
 package gctune
 
 import "runtime/debug"
