@@ -43,7 +43,8 @@ type ProducerOptions struct {
 	NoAutoDedup bool
 
 	// BreakerFailures is how many consecutive failed attempts, of all the
-	// producer's calls, open the circuit breaker (default 5). While it is
+	// producer's calls, open the circuit breaker (default 5), once the
+	// broker has answered nothing for BreakerQuietFor. While it is
 	// open no request is sent: a call that starts then fails at once with
 	// ErrCircuitOpen. A call that started before, with the breaker closed,
 	// is riding out the outage: it waits for the breaker to half-open if
@@ -52,6 +53,12 @@ type ProducerOptions struct {
 	// count (no reply, 502, 503, 504, 507); answers (even 4xx) and 429
 	// do not.
 	BreakerFailures uint32
+	// BreakerQuietFor is how long the broker must have answered no
+	// attempt before failures may open the breaker (default 1s), so that
+	// replies lost among answered ones (a flaky link, a proxy) do not open
+	// it and an outage shorter than it is ridden out by retries alone. A
+	// producer that never got an answer opens it on failures alone.
+	BreakerQuietFor time.Duration
 	// BreakerOpenFor is how long the breaker stays open before one probe
 	// request may go (default 2s): the call that sends it fails at once
 	// with ErrCircuitOpen if the probe fails, unless it is riding out the
@@ -94,8 +101,8 @@ func (o ProducerOptions) Validate() error {
 	if o.MinBackoff > 0 && o.MaxBackoff > 0 && o.MinBackoff > o.MaxBackoff {
 		bad("MinBackoff %v is above MaxBackoff %v", o.MinBackoff, o.MaxBackoff)
 	}
-	if o.BreakerOpenFor < 0 {
-		bad("BreakerOpenFor must not be negative")
+	if o.BreakerOpenFor < 0 || o.BreakerQuietFor < 0 {
+		bad("BreakerOpenFor and BreakerQuietFor must not be negative")
 	}
 	if o.BatchMaxMessages < 0 || o.BatchMaxMessages > maxBatchMessages {
 		bad("BatchMaxMessages must be between 1 and %d", maxBatchMessages)
@@ -124,6 +131,7 @@ func (o *ProducerOptions) withDefaults() {
 	def(&o.MaxBackoff, 2*time.Second)
 	o.MaxBackoff = max(o.MaxBackoff, o.MinBackoff)
 	def(&o.BreakerOpenFor, 2*time.Second)
+	def(&o.BreakerQuietFor, time.Second)
 	def(&o.Linger, 5*time.Millisecond)
 	if o.BreakerFailures == 0 {
 		o.BreakerFailures = 5
@@ -155,8 +163,9 @@ type Producer struct {
 	topic string
 	opts  ProducerOptions
 
-	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
-	openUntil atomic.Int64 // UnixNano the breaker may half-open
+	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
+	openUntil  atomic.Int64 // UnixNano the breaker may half-open
+	lastAnswer atomic.Int64 // UnixNano of the broker's last answer, 0 before the first
 
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
@@ -177,8 +186,12 @@ func NewProducer(c *Client, topic string, opts ProducerOptions) (*Producer, erro
 			Name:        "tidemq producer " + topic,
 			MaxRequests: 1,
 			Timeout:     opts.BreakerOpenFor,
-			ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= opts.BreakerFailures },
-			IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerIgnore) },
+			ReadyToTrip: func(n gobreaker.Counts) bool {
+				last := p.lastAnswer.Load()
+				return n.ConsecutiveFailures >= opts.BreakerFailures &&
+					(last == 0 || time.Since(time.Unix(0, last)) >= opts.BreakerQuietFor)
+			},
+			IsExcluded: func(err error) bool { return errors.Is(err, errBreakerIgnore) },
 			OnStateChange: func(_ string, from, to gobreaker.State) {
 				if to == gobreaker.StateOpen {
 					p.openUntil.Store(time.Now().Add(opts.BreakerOpenFor).UnixNano())
@@ -299,7 +312,11 @@ func (p *Producer) call(ctx context.Context, deadline time.Time, what string, op
 		actx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 		err = op(actx)
 		cancel()
-		done(p.outcome(ctx, err))
+		outcome := p.outcome(ctx, err)
+		if outcome == nil {
+			p.lastAnswer.Store(time.Now().UnixNano())
+		}
+		done(outcome)
 		if err == nil {
 			return nil
 		}
@@ -361,9 +378,13 @@ func (p *Producer) allow() (func(error), error) {
 // outcome is what the breaker learns from an attempt: success when the
 // broker answered (even with a client error), failure when it did not or
 // said it cannot take writes, nothing when the caller gave up or was rate
-// limited.
+// limited. A success resets the count of consecutive failures, and closes
+// a half-open breaker.
 func (p *Producer) outcome(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
 		return errBreakerIgnore
 	}
 	var ae *APIError
