@@ -628,10 +628,23 @@ func TestConsumerOrderlyRetryPace(t *testing.T) {
 		t.Fatal(err)
 	}
 	const keys, total = 20, 1200
-	sendN(t, c, topic, total, func(i int, m *sdk.SendMessage) {
-		m.ShardingKey = "key-" + strconv.Itoa(i%keys)
-		m.Body = fmt.Sprintf("%s/%04d", m.ShardingKey, i/keys)
-	})
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for b := 0; b < total; b += 600 { // a batch holds at most 1000
+		var msgs []sdk.SendMessage
+		for i := b; i < b+600; i++ {
+			m := sdk.NewMessage("")
+			m.ShardingKey = "key-" + strconv.Itoa(i%keys)
+			m.Body = fmt.Sprintf("%s/%04d", m.ShardingKey, i/keys)
+			msgs = append(msgs, m)
+		}
+		if _, err := p.SendBatch(ctx, msgs); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cs, err := sdk.NewConsumer(c, topic, "g", sdk.ConsumerOptions{}) // the default 20 s long poll
 	if err != nil {
 		t.Fatal(err)
@@ -675,4 +688,65 @@ func TestConsumerOrderlyRetryPace(t *testing.T) {
 	if took > bound {
 		t.Errorf("consuming took %v, over %v: deliveries come in bursts", took.Round(time.Millisecond), bound)
 	}
+}
+
+// A backoff longer than the time left is cut to it, and the last attempt
+// goes when the budget ends: a call with a 5 s backoff and a 1 s
+// RetryTimeout rides out a 0.3 s outage, and in a longer one fails after
+// about 1 s, not 5 s.
+func TestProducerBackoffCappedAtDeadline(t *testing.T) {
+	t.Parallel()
+	srv := startServer(t)
+	direct := newClient(t, srv.URL)
+	px := startProxy(t, srv.URL, 0)
+	c := newClient(t, px.URL())
+	defer c.Close()
+	ctx := t.Context()
+	topic := topicName("capped")
+	if _, _, err := direct.PutTopic(ctx, topic, sdk.TopicConfig{Queues: 1}); err != nil {
+		t.Fatal(err)
+	}
+	const retryTimeout, attemptTimeout = time.Second, 2 * time.Second
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{NoBreaker: true, RetryTimeout: retryTimeout, AttemptTimeout: attemptTimeout,
+		MinBackoff: 5 * time.Second, MaxBackoff: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	px.setDown(true)
+	before := px.conns.Load()
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		t0 := time.Now()
+		_, err := p.Send(ctx, sdk.NewMessage("ridden"))
+		done <- result{err, time.Since(t0)}
+	}()
+	waitFor(t, 5*time.Second, "the first attempt to fail", func() (bool, error) { return px.conns.Load() > before, nil })
+	time.Sleep(300 * time.Millisecond) // the outage's length
+	px.setDown(false)
+	res := <-done
+	if res.err != nil {
+		t.Errorf("Send across a 0.3 s outage with a 5 s backoff = %v after %v", res.err, res.took)
+	}
+	if res.took > retryTimeout+time.Second {
+		t.Errorf("Send took %v, over RetryTimeout + 1s", res.took)
+	}
+	t.Logf("Send rode out the outage in %v", res.took.Round(time.Millisecond))
+
+	px.setDown(true)
+	t0 := time.Now()
+	_, err = p.Send(ctx, sdk.NewMessage("lost"))
+	took := time.Since(t0)
+	if !errors.Is(err, sdk.ErrUnavailable) {
+		t.Errorf("Send in an outage = %v, want ErrUnavailable", err)
+	}
+	if took < retryTimeout-100*time.Millisecond || took > retryTimeout+attemptTimeout {
+		t.Errorf("Send in an outage failed after %v, want about RetryTimeout %v", took, retryTimeout)
+	}
+	t.Logf("Send in an outage failed after %v: %v", took.Round(time.Millisecond), err)
 }
