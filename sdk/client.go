@@ -89,7 +89,9 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 // the client). Calls in flight, long polls included, go on until they end
 // (cancel their ctx to end them sooner); their connections are closed as
 // they finish. With ClientOptions.HTTPClient given, Close closes that
-// client's idle connections too. Close is idempotent and returns nil.
+// client's idle connections too. Close Producers and stop Consumers first:
+// their last sends and acks are calls too. Close is idempotent and returns
+// nil.
 func (c *Client) Close() error {
 	c.closed.Store(true)
 	c.http.CloseIdleConnections()
