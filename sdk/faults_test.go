@@ -605,7 +605,7 @@ func TestConsumerRunTwice(t *testing.T) {
 // messages on 20 sharding keys, every 10th handler call failing (the
 // group's 1 s retry delay) and every 13th asking RetryAfter(1s). Each key
 // waits out its ~10 delays one after the other, the keys side by side, so
-// the whole takes some 15 s. A broker that does not wake parked long
+// the whole takes some 20 s. A broker that does not wake parked long
 // polls when a key's delay ends delivers in bursts, one per long-poll wait
 // (20 s), and takes minutes.
 //
