@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -43,13 +44,17 @@ type ClientOptions struct {
 
 // Client talks to one tidemq server. It is safe for concurrent use. Each
 // method does one HTTP request, without retries (a Producer retries, a
-// Consumer keeps pulling); errors the server answered with are *APIError.
+// Consumer keeps pulling); errors the server answered with are *APIError,
+// and errors.Is classifies every failure as ErrUnavailable (worth sending
+// again later) or ErrRejected (a 4xx), or neither (a 500, a bad reply).
+// Close it when done with it.
 type Client struct {
-	base  *url.URL
-	http  *http.Client
-	token string
-	ua    string
-	log   *slog.Logger
+	base   *url.URL
+	http   *http.Client
+	token  string
+	ua     string
+	log    *slog.Logger
+	closed atomic.Bool
 }
 
 // NewClient returns a client of the server at baseURL (for example
@@ -78,6 +83,21 @@ func NewClient(baseURL string, opts ClientOptions) (*Client, error) {
 	return c, nil
 }
 
+// Close closes the client's idle keep-alive connections, whose goroutines
+// would otherwise live until the server closes them, and makes every later
+// call fail at once with ErrClosed (as do the Producers and Consumers using
+// the client). Calls in flight, long polls included, go on until they end
+// (cancel their ctx to end them sooner); their connections are closed as
+// they finish. With ClientOptions.HTTPClient given, Close closes that
+// client's idle connections too. Close Producers and stop Consumers first:
+// their last sends and acks are calls too. Close is idempotent and returns
+// nil.
+func (c *Client) Close() error {
+	c.closed.Store(true)
+	c.http.CloseIdleConnections()
+	return nil
+}
+
 // BaseURL is the server's URL as given to NewClient.
 func (c *Client) BaseURL() string { return c.base.String() }
 
@@ -96,6 +116,16 @@ var traceContext = propagation.TraceContext{}
 // status. Errors: *APIError for a non-2xx reply; otherwise a transport or
 // decoding error (wrapping ctx.Err() when ctx ended).
 func (c *Client) do(ctx context.Context, r request, out any) (int, error) {
+	if c.closed.Load() {
+		return 0, fmt.Errorf("tidemq: %s /%s: %w", r.method, strings.Join(r.path, "/"), ErrClosed)
+	}
+	// A call that ends after Close leaves no idle connection behind (this
+	// runs after the reply's body is closed).
+	defer func() {
+		if c.closed.Load() {
+			c.http.CloseIdleConnections()
+		}
+	}()
 	u := *c.base
 	var p strings.Builder
 	p.WriteString(strings.TrimRight(u.Path, "/"))
@@ -186,6 +216,12 @@ type transportError struct {
 
 func (e *transportError) Error() string { return "tidemq: " + e.op + ": " + e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
+
+// Is classifies the failure as ErrUnavailable unless the caller cancelled
+// it.
+func (e *transportError) Is(target error) bool {
+	return target == ErrUnavailable && !errors.Is(e.err, context.Canceled)
+}
 
 // temporary reports whether err, from a request made under ctx, may go away
 // if the request is sent again: transport failures (including a per-attempt
@@ -281,8 +317,9 @@ func (c *Client) GetMessage(ctx context.Context, topic, messageID string) (Messa
 	return s, err
 }
 
-// MessageQuery selects stored messages; the filters given are combined,
-// and at least one of Key, Tag, From/To or QueueID is required.
+// MessageQuery selects stored messages; the filters given are combined.
+// QueryMessages needs at least one of Key, Tag, From/To or QueueID;
+// Messages without any lists the whole topic.
 type MessageQuery struct {
 	Key string
 	Tag string
@@ -338,8 +375,41 @@ var errStuckCursor = errors.New("tidemq: the server returned the same page curso
 
 // Messages iterates over every message matching q (q.Cursor is where it
 // starts), fetching page after page. It stops at the first error, which it
-// yields.
+// yields. With no filter (no Key, Tag, From, To, QueueID nor Cursor) it
+// lists the whole topic: queue after queue (the queues the topic has when
+// the iteration starts), each in offset order from q.Offset (default 0).
 func (c *Client) Messages(ctx context.Context, topic string, q MessageQuery) iter.Seq2[StoredMessage, error] {
+	if q.Key == "" && q.Tag == "" && q.From.IsZero() && q.To.IsZero() && q.QueueID == nil && q.Cursor == "" {
+		return c.allMessages(ctx, topic, q)
+	}
+	return c.queryMessages(ctx, topic, q)
+}
+
+// allMessages is Messages over every queue of the topic.
+func (c *Client) allMessages(ctx context.Context, topic string, q MessageQuery) iter.Seq2[StoredMessage, error] {
+	return func(yield func(StoredMessage, error) bool) {
+		t, err := c.GetTopic(ctx, topic)
+		if err != nil {
+			yield(StoredMessage{}, err)
+			return
+		}
+		from := int64(0)
+		if q.Offset != nil {
+			from = *q.Offset
+		}
+		for id := range t.Queues {
+			qq := q
+			qq.QueueID, qq.Offset = &id, &from
+			for m, err := range c.queryMessages(ctx, topic, qq) {
+				if !yield(m, err) || err != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (c *Client) queryMessages(ctx context.Context, topic string, q MessageQuery) iter.Seq2[StoredMessage, error] {
 	return func(yield func(StoredMessage, error) bool) {
 		for {
 			page, err := c.QueryMessages(ctx, topic, q)

@@ -140,9 +140,6 @@ func NewConsumer(c *Client, topic, group string, opts ConsumerOptions) (*Consume
 		tracer: opts.TracerProvider.Tracer("github.com/tidemq/tidemq/sdk")}, nil
 }
 
-// errAlreadyRunning is returned by a second concurrent Run.
-var errAlreadyRunning = errors.New("tidemq: consumer is already running")
-
 // Run pulls messages (long polls) and hands each to h, with up to
 // Concurrency handlers at once: nil acks (acks are batched), an error
 // nacks (see Handler). While a handler runs, its message's lease is
@@ -156,11 +153,12 @@ var errAlreadyRunning = errors.New("tidemq: consumer is already running")
 // cancels their ctx and waits for them), sends the last acks, and returns
 // nil. Temporary failures (network, 429, 503…) are retried with backoff;
 // Run returns the first permanent one (ErrForbidden, ErrTopicNotFound
-// without auto-create, ErrSubscriptionModeConflict…) after the same orderly
-// stop.
+// without auto-create, ErrSubscriptionModeConflict, ErrClosed after the
+// Client's Close…) after the same orderly stop. A second Run while one is
+// going on returns ErrConsumerRunning at once.
 func (cs *Consumer) Run(ctx context.Context, h Handler) error {
 	if !cs.running.CompareAndSwap(false, true) {
-		return errAlreadyRunning
+		return ErrConsumerRunning
 	}
 	defer cs.running.Store(false)
 	r := &run{

@@ -6,13 +6,15 @@
 //   - Client: one method per API operation — topics, subscriptions, seek,
 //     DLQ listing and redrive, message query and status, and the raw
 //     consumption calls (Pull, Ack, Nack, Extend, DeadLetter). One request
-//     each, no retries.
+//     each, no retries. Messages with no filter lists a whole topic. Close
+//     closes its idle connections.
 //   - Producer: Send, SendBatch and SendAsync (batched by size and linger
 //     time) for one topic. Temporary failures (network, 429, 502, 503, 504,
 //     507) are retried with backoff under a dedup key the producer makes up
-//     when the message has none, so a retry never stores a duplicate; a
-//     circuit breaker makes callers fail fast (ErrCircuitOpen) while the
-//     broker is down.
+//     when the message has none, so a retry never stores a duplicate, for
+//     up to RetryTimeout (a call returns within it plus one
+//     AttemptTimeout); a circuit breaker makes calls fail fast
+//     (ErrCircuitOpen) while the broker is down.
 //   - Consumer: Run(ctx, handler) long-polls a subscription and runs up to
 //     Concurrency handlers: nil acks (batched), an error nacks (RetryAfter
 //     picks the delay, DeadLetter sends to the DLQ at once). Leases of
@@ -22,7 +24,10 @@
 //
 // Errors the server answers with are *APIError values; errors.Is matches
 // them against one sentinel per error code (ErrTopicNotFound,
-// ErrInvalidName, …).
+// ErrInvalidName, …). errors.Is also sorts every failure into a class:
+// ErrUnavailable (no reply, a timeout, 429/502/503/504/507, a Producer's
+// retries run out or its breaker open: the broker may take it later) or
+// ErrRejected (any other 4xx: sending it again does not help).
 //
 // Replies are not gzipped unless ClientOptions.Compression asks: on a LAN,
 // compressing and inflating pull replies costs both sides more CPU than the

@@ -49,8 +49,16 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// Is reports whether target is the sentinel of e's code.
+// Is reports whether target is the sentinel of e's code, or the class of
+// e's status: ErrUnavailable for a temporary one (see Temporary),
+// ErrRejected for any other 4xx.
 func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrUnavailable:
+		return e.Temporary()
+	case ErrRejected:
+		return e.Status >= 400 && e.Status <= 499 && !e.Temporary()
+	}
 	s, ok := sentinels[e.Code]
 	return ok && s == target
 }
@@ -108,17 +116,66 @@ var (
 
 // Errors of the SDK itself.
 var (
-	// ErrClosed is returned by a Producer after Close.
-	ErrClosed = errors.New("tidemq: producer closed")
-	// ErrCircuitOpen is returned when the producer's circuit breaker is
-	// open (the broker failed repeatedly) and the retry budget of the call
-	// cannot outlast it: the call fails at once instead of waiting.
-	ErrCircuitOpen = errors.New("tidemq: circuit breaker open: broker unavailable")
+	// ErrClosed is returned by a Producer after its Close, and by a Client
+	// (and what uses it) after its Close.
+	ErrClosed = errors.New("tidemq: closed")
+	// ErrUnavailable classifies a failure the broker may get over: no
+	// usable reply (connection refused or reset, a timeout, a reply cut
+	// short) or a temporary status (429, 502, 503, 504, 507). A Producer
+	// call that ran out of retries, or met an open circuit breaker, matches
+	// it, and wraps the last cause (errors.As finds the *APIError or the
+	// *url.Error). A failure of a Client call whose ctx was cancelled does
+	// not match it.
+	ErrUnavailable = errors.New("tidemq: broker unavailable")
+	// ErrRejected classifies a request the broker refused for good: an
+	// *APIError with a 4xx status other than 429. Sending it again does not
+	// help; the sentinel of its code (ErrMessageTooLarge…) says why.
+	ErrRejected = errors.New("tidemq: request rejected")
+	// ErrCircuitOpen is returned by a Producer call refused by its open
+	// circuit breaker (the broker failed repeatedly; see
+	// ProducerOptions.BreakerFailures): the call fails at once, without a
+	// request. It matches ErrUnavailable too.
+	ErrCircuitOpen error = &classError{"tidemq: circuit breaker open: broker unavailable", ErrUnavailable}
 	// ErrLeaseLost is the cause of a handler's context when the message's
 	// lease could not be extended (it ran out and the message went to
 	// another consumer).
 	ErrLeaseLost = errors.New("tidemq: lease lost")
+	// ErrConsumerRunning is returned by Consumer.Run while another Run of
+	// the same Consumer is going on.
+	ErrConsumerRunning = errors.New("tidemq: consumer is already running")
 )
+
+// classError is a sentinel that also matches a wider one.
+type classError struct {
+	msg   string
+	class error
+}
+
+func (e *classError) Error() string        { return e.msg }
+func (e *classError) Is(target error) bool { return target == e.class }
+
+// gaveUpError is a Producer call that failed for want of the broker: kinds
+// (ErrUnavailable, and ErrCircuitOpen when the breaker refused it) and the
+// last cause, if any, all seen by errors.Is and errors.As.
+type gaveUpError struct {
+	msg   string
+	kinds []error
+	cause error
+}
+
+func (e *gaveUpError) Error() string {
+	if e.cause == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+func (e *gaveUpError) Unwrap() []error {
+	if e.cause == nil {
+		return e.kinds
+	}
+	return append(e.kinds[:len(e.kinds):len(e.kinds)], e.cause)
+}
 
 // retryAfterError is what RetryAfter returns.
 type retryAfterError struct {

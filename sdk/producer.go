@@ -24,14 +24,16 @@ type ProducerOptions struct {
 
 	// RetryTimeout bounds how long a send keeps retrying temporary failures
 	// (network errors, 429, 502, 503, 504, 507), counted from the call
-	// (Send, SendBatch) or from SendAsync. Default 10s; negative: one
-	// attempt, no retries.
+	// (Send, SendBatch) or from SendAsync: no wait between attempts runs
+	// past it, the last attempt starts at the latest when it ends, so a
+	// call returns within RetryTimeout plus one AttemptTimeout. Default
+	// 10s; negative: one attempt, no retries.
 	RetryTimeout time.Duration
 	// AttemptTimeout bounds one HTTP attempt (default 10s).
 	AttemptTimeout time.Duration
 	// MinBackoff and MaxBackoff bound the jittered exponential wait between
 	// attempts (defaults 50ms and 2s). A longer Retry-After from the server
-	// wins.
+	// wins; one beyond RetryTimeout ends the call at once.
 	MinBackoff, MaxBackoff time.Duration
 
 	// NoAutoDedup stops the producer from giving every message without a
@@ -40,13 +42,27 @@ type ProducerOptions struct {
 	// server remembers each key for 5 minutes (memory and disk).
 	NoAutoDedup bool
 
-	// BreakerFailures is how many consecutive failed attempts open the
-	// circuit breaker (default 5). While it is open no request is sent;
-	// a call waits for it to half-open only if its retry budget allows,
-	// else it fails at once with ErrCircuitOpen.
+	// BreakerFailures is how many consecutive failed attempts, of all the
+	// producer's calls, open the circuit breaker (default 5), once the
+	// broker has answered nothing for BreakerQuietFor. While it is
+	// open no request is sent: a call that starts then fails at once with
+	// ErrCircuitOpen. A call that started before, with the breaker closed,
+	// is riding out the outage: it waits for the breaker to half-open if
+	// that comes within its RetryTimeout, else it fails at once with
+	// ErrCircuitOpen too. Attempts that failed for want of the broker
+	// count (no reply, 502, 503, 504, 507); answers (even 4xx) and 429
+	// do not.
 	BreakerFailures uint32
+	// BreakerQuietFor is how long the broker must have answered no
+	// attempt before failures may open the breaker (default 1s), so that
+	// replies lost among answered ones (a flaky link, a proxy) do not open
+	// it and an outage shorter than it is ridden out by retries alone. A
+	// producer that never got an answer opens it on failures alone.
+	BreakerQuietFor time.Duration
 	// BreakerOpenFor is how long the breaker stays open before one probe
-	// request may go (default 2s).
+	// request may go (default 2s): the call that sends it fails at once
+	// with ErrCircuitOpen if the probe fails, unless it is riding out the
+	// outage; when the probe succeeds the breaker closes.
 	BreakerOpenFor time.Duration
 	// NoBreaker turns the circuit breaker off.
 	NoBreaker bool
@@ -85,8 +101,8 @@ func (o ProducerOptions) Validate() error {
 	if o.MinBackoff > 0 && o.MaxBackoff > 0 && o.MinBackoff > o.MaxBackoff {
 		bad("MinBackoff %v is above MaxBackoff %v", o.MinBackoff, o.MaxBackoff)
 	}
-	if o.BreakerOpenFor < 0 {
-		bad("BreakerOpenFor must not be negative")
+	if o.BreakerOpenFor < 0 || o.BreakerQuietFor < 0 {
+		bad("BreakerOpenFor and BreakerQuietFor must not be negative")
 	}
 	if o.BatchMaxMessages < 0 || o.BatchMaxMessages > maxBatchMessages {
 		bad("BatchMaxMessages must be between 1 and %d", maxBatchMessages)
@@ -115,6 +131,7 @@ func (o *ProducerOptions) withDefaults() {
 	def(&o.MaxBackoff, 2*time.Second)
 	o.MaxBackoff = max(o.MaxBackoff, o.MinBackoff)
 	def(&o.BreakerOpenFor, 2*time.Second)
+	def(&o.BreakerQuietFor, time.Second)
 	def(&o.Linger, 5*time.Millisecond)
 	if o.BreakerFailures == 0 {
 		o.BreakerFailures = 5
@@ -134,8 +151,10 @@ func (o *ProducerOptions) withDefaults() {
 // reply; SendAsync batches messages by size and linger time and answers
 // through a Future. Every send retries temporary failures with backoff
 // under a dedup key, so a retry never stores a duplicate, and goes through
-// a circuit breaker so callers fail fast while the broker is down. The
-// caller's trace (ctx) is sent as traceparent.
+// a circuit breaker so callers fail fast (ErrCircuitOpen) while the broker
+// is down. A send that did not get through matches ErrUnavailable (with
+// errors.Is), one the broker refused ErrRejected. The caller's trace (ctx)
+// is sent as traceparent.
 //
 // A Producer is safe for concurrent use. It owns one goroutine, the async
 // batcher, which Close stops.
@@ -144,8 +163,9 @@ type Producer struct {
 	topic string
 	opts  ProducerOptions
 
-	cb        *gobreaker.TwoStepCircuitBreaker[struct{}]
-	openUntil atomic.Int64 // UnixNano the breaker may half-open
+	cb         *gobreaker.TwoStepCircuitBreaker[struct{}]
+	openUntil  atomic.Int64 // UnixNano the breaker may half-open
+	lastAnswer atomic.Int64 // UnixNano of the broker's last answer, 0 before the first
 
 	mu     sync.RWMutex // guards closed against sends on in
 	closed bool
@@ -166,8 +186,12 @@ func NewProducer(c *Client, topic string, opts ProducerOptions) (*Producer, erro
 			Name:        "tidemq producer " + topic,
 			MaxRequests: 1,
 			Timeout:     opts.BreakerOpenFor,
-			ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= opts.BreakerFailures },
-			IsExcluded:  func(err error) bool { return errors.Is(err, errBreakerIgnore) },
+			ReadyToTrip: func(n gobreaker.Counts) bool {
+				last := p.lastAnswer.Load()
+				return n.ConsecutiveFailures >= opts.BreakerFailures &&
+					(last == 0 || time.Since(time.Unix(0, last)) >= opts.BreakerQuietFor)
+			},
+			IsExcluded: func(err error) bool { return errors.Is(err, errBreakerIgnore) },
 			OnStateChange: func(_ string, from, to gobreaker.State) {
 				if to == gobreaker.StateOpen {
 					p.openUntil.Store(time.Now().Add(opts.BreakerOpenFor).UnixNano())
@@ -186,9 +210,14 @@ func (p *Producer) Topic() string { return p.topic }
 // Send sends one message and waits until it is stored. It retries temporary
 // failures for up to RetryTimeout (or until ctx ends) under the message's
 // DedupKey, generated when empty, so that the message is stored once.
-// Errors: *APIError for a refused message (errors.Is(err, ErrMessageTooLarge)…),
-// ErrCircuitOpen, ErrClosed, the last temporary error when the budget ran
-// out, or ctx's error.
+// A retry whose earlier attempt was stored but not answered gets the stored
+// message's result, with Duplicate set.
+//
+// Errors: *APIError for a refused message (ErrRejected; errors.Is(err,
+// ErrMessageTooLarge)…); ErrUnavailable wrapping the last attempt's error
+// when the budget ran out, and also ErrCircuitOpen when the breaker
+// refused the call; ErrClosed; or ctx's error (joined with the last
+// attempt's).
 func (p *Producer) Send(ctx context.Context, m SendMessage) (SendResult, error) {
 	if p.isClosed() {
 		return SendResult{}, ErrClosed
@@ -248,26 +277,34 @@ var errBreakerIgnore = errors.New("not counted")
 
 // call runs op until it succeeds, fails for good, or the retry budget
 // (deadline; zero means a single attempt) or ctx ends. Each attempt goes
-// through the circuit breaker and has its own timeout.
+// through the circuit breaker and has its own timeout. No sleep runs past
+// the deadline: a backoff longer than the time left is cut to it and one
+// last attempt goes at the deadline, so that the call returns within
+// RetryTimeout plus one AttemptTimeout.
+//
+// A call that finds the breaker open (or half-open with its probe out) at
+// its start fails at once with ErrCircuitOpen. One that began with the
+// breaker closed is riding out an outage it met: it waits for the breaker
+// to let a request through again, if that comes within its budget.
 func (p *Producer) call(ctx context.Context, deadline time.Time, what string, op func(context.Context) error) error {
+	start := time.Now()
+	riding := p.breakerClosed()
 	var lastErr error
 	for attempt := 1; ; {
 		done, err := p.allow()
 		if err != nil {
-			// Open (or half-open with its probe out): wait only if the
-			// budget outlasts it.
-			wait := p.opts.MinBackoff
-			if until := time.Unix(0, p.openUntil.Load()); time.Until(until) > wait {
-				wait = time.Until(until)
+			if !riding || deadline.IsZero() {
+				return p.gaveUp(what, attempt-1, start, true, lastErr)
 			}
-			wait += rand.N(p.opts.MinBackoff + 1)
-			if deadline.IsZero() || time.Now().Add(wait).After(deadline) {
-				if lastErr != nil {
-					return fmt.Errorf("tidemq: %s to %s: %w (last error: %w)", what, p.topic, ErrCircuitOpen, lastErr)
-				}
-				return fmt.Errorf("tidemq: %s to %s: %w", what, p.topic, ErrCircuitOpen)
+			// Open: wait for it to half-open. Half-open with its probe
+			// out: the probe's answer is near.
+			until := time.Until(time.Unix(0, p.openUntil.Load()))
+			left := time.Until(deadline)
+			if left <= 0 || until > left {
+				return p.gaveUp(what, attempt-1, start, true, lastErr)
 			}
-			if err := sleep(ctx, wait); err != nil {
+			wait := max(until, p.opts.MinBackoff/2) + rand.N(p.opts.MinBackoff/2+1)
+			if err := sleep(ctx, min(wait, left)); err != nil {
 				return errors.Join(err, lastErr)
 			}
 			continue
@@ -275,7 +312,11 @@ func (p *Producer) call(ctx context.Context, deadline time.Time, what string, op
 		actx, cancel := context.WithTimeout(ctx, p.opts.AttemptTimeout)
 		err = op(actx)
 		cancel()
-		done(p.outcome(ctx, err))
+		outcome := p.outcome(ctx, err)
+		if outcome == nil {
+			p.lastAnswer.Store(time.Now().UnixNano())
+		}
+		done(outcome)
 		if err == nil {
 			return nil
 		}
@@ -283,19 +324,48 @@ func (p *Producer) call(ctx context.Context, deadline time.Time, what string, op
 			return err
 		}
 		lastErr = err
+		left := time.Until(deadline)
+		if deadline.IsZero() || left <= 0 {
+			return p.gaveUp(what, attempt, start, false, err)
+		}
 		wait := p.backoff(attempt)
 		var ae *APIError
 		if errors.As(err, &ae) && ae.RetryAfter > wait {
+			if ae.RetryAfter > left {
+				// The server asked for a wait beyond the budget.
+				return p.gaveUp(what, attempt, start, false, err)
+			}
 			wait = ae.RetryAfter
 		}
-		if deadline.IsZero() || time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("tidemq: %s to %s: gave up after %d attempts: %w", what, p.topic, attempt, err)
-		}
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep(ctx, min(wait, left)); err != nil {
 			return errors.Join(err, lastErr)
 		}
 		attempt++
 	}
+}
+
+// gaveUp is the error of a call that did not get through: ErrUnavailable,
+// with ErrCircuitOpen when the breaker refused it, wrapping the last
+// attempt's error if there was one.
+func (p *Producer) gaveUp(what string, attempts int, start time.Time, circuit bool, cause error) error {
+	e := &gaveUpError{kinds: []error{ErrUnavailable}, cause: cause}
+	took := time.Since(start).Round(time.Millisecond)
+	switch {
+	case circuit:
+		e.kinds = append(e.kinds, ErrCircuitOpen)
+		e.msg = fmt.Sprintf("tidemq: %s to %s: circuit breaker open after %d attempts in %v", what, p.topic, attempts, took)
+		if attempts == 0 {
+			e.msg = fmt.Sprintf("tidemq: %s to %s: circuit breaker open", what, p.topic)
+		}
+	default:
+		e.msg = fmt.Sprintf("tidemq: %s to %s: broker unavailable after %d attempts in %v", what, p.topic, attempts, took)
+	}
+	return e
+}
+
+// breakerClosed reports whether requests go through freely.
+func (p *Producer) breakerClosed() bool {
+	return p.cb == nil || p.cb.State() == gobreaker.StateClosed
 }
 
 func (p *Producer) allow() (func(error), error) {
@@ -308,9 +378,13 @@ func (p *Producer) allow() (func(error), error) {
 // outcome is what the breaker learns from an attempt: success when the
 // broker answered (even with a client error), failure when it did not or
 // said it cannot take writes, nothing when the caller gave up or was rate
-// limited.
+// limited. A success resets the count of consecutive failures, and closes
+// a half-open breaker.
 func (p *Producer) outcome(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() != nil {
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
 		return errBreakerIgnore
 	}
 	var ae *APIError
