@@ -56,6 +56,9 @@ type walSpares struct {
 	log      *slog.Logger
 
 	ready atomic.Int64 // the length of the whole, synced spare at spareName; 0: none
+	// file orders take's move of the spare against make's rename of the
+	// next one to spareName: ready is 0 only once the file is moved.
+	file sync.Mutex
 	logs  atomic.Int32 // WAL files handed to Pebble since open
 	used  atomic.Int64 // of them, spares
 	want  chan struct{}
@@ -169,11 +172,15 @@ func (s *walSpares) newLog() {
 // false when it is not (or the move failed, which is logged), and the
 // caller then tells newLog of the file it makes instead.
 func (s *walSpares) take(newname string, category vfs.DiskWriteCategory, shorter int64) (f vfs.File, ok bool) {
+	s.file.Lock()
 	size := s.ready.Load()
-	if size <= shorter || !s.ready.CompareAndSwap(size, 0) {
+	if size <= shorter {
+		s.file.Unlock()
 		return nil, false
 	}
 	f, err := s.fs.ReuseForWrite(s.path(spareName), newname, category)
+	s.ready.Store(0)
+	s.file.Unlock()
 	if err != nil {
 		s.log.Warn("pebblestore: using the WAL spare", "err", err)
 		return nil, false
@@ -242,6 +249,8 @@ func (s *walSpares) make(ctx context.Context, size int64) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	s.file.Lock()
+	defer s.file.Unlock()
 	if err := s.fs.Rename(s.path(spareTmpName), s.path(spareName)); err != nil {
 		return err
 	}
