@@ -59,9 +59,9 @@ type walSpares struct {
 	// file orders take's move of the spare against make's rename of the
 	// next one to spareName: ready is 0 only once the file is moved.
 	file sync.Mutex
-	logs  atomic.Int32 // WAL files handed to Pebble since open
-	used  atomic.Int64 // of them, spares
-	want  chan struct{}
+	logs atomic.Int32 // WAL files handed to Pebble since open
+	used atomic.Int64 // of them, spares
+	want chan struct{}
 
 	// The maker runs from the first spare wanted until close; mu orders
 	// its start against close.
