@@ -44,7 +44,7 @@ func checkFormat(db *pebble.DB, dir string) error {
 		return fmt.Errorf("pebblestore: reading %s: %w", dir, err)
 	}
 	if holdsKeys {
-		return fmt.Errorf("%w: %s holds data but no format version; this build reads version %d", errFormat, dir, formatVersion)
+		return fmt.Errorf("%w: %s holds data but no format version (found none); this build reads version %d", errFormat, dir, formatVersion)
 	}
 	if err := db.Set(keyFormat, be.AppendUint32(nil, formatVersion), pebble.Sync); err != nil {
 		return fmt.Errorf("pebblestore: writing the format version of %s: %w", dir, err)
