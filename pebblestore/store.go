@@ -19,7 +19,8 @@ import (
 var _ core.Store = (*Store)(nil)
 
 // Options configures Open. The zero value works, with every storage trick
-// of doc.go's "Storage tricks" on; each No… field turns one off.
+// on (doc.go, "Storage tricks", says what each does); each No… field turns
+// one off.
 type Options struct {
 	// FS is the filesystem; nil means the real disk. Tests pass vfs.NewMem().
 	FS vfs.FS
@@ -27,16 +28,14 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the memtable size (default 64 MiB).
 	MemTableBytes uint64
-	// NoSyncSpin: a WAL sync, or a lone commit's wait for it, that no other
-	// goroutine waits on sleeps instead of polling for its completion
-	// (walsync.go).
+	// NoSyncSpin turns sync spinning off: a WAL sync nobody else waits on
+	// sleeps in the syscall, and a commit marked alone parks like the rest.
 	NoSyncSpin bool
-	// NoFsyncRing: WAL syncs are plain fdatasync calls, not handed to a
-	// kernel worker through io_uring (walsync.go). Syncs then never spin
-	// either, whatever NoSyncSpin says.
+	// NoFsyncRing turns the fsync ring off: WAL syncs are plain fdatasync
+	// calls (and never spin, whatever NoSyncSpin says).
 	NoFsyncRing bool
-	// NoWALSpares: Pebble's WALs are its own new or recycled files, never
-	// zero-filled spares (walspare.go).
+	// NoWALSpares turns WAL spares off: Pebble's WALs are its own new or
+	// recycled files, never zero-filled spares.
 	NoWALSpares bool
 	// MeterProvider receives the store's gauges (metrics.go); nil: none.
 	MeterProvider metric.MeterProvider

@@ -10,30 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Zero-filled WAL files.
-//
-// An fdatasync of a file that grew since its last sync writes the file's
-// inode too (its size, its new blocks): on ext4 that is one more
-// synchronous write before the disk's cache flush. Appending 1,300 bytes
-// and syncing took 169 µs on a growing file and 98 µs on one whose blocks
-// were written with zeros before, on the development VM's disk
-// (BenchmarkFileAppendSync); fallocate does not help, since its extents
-// are "unwritten" and converting them is metadata again. Pebble recycles
-// WAL files for this reason, but a recycled log is only as long as the
-// memtable it held, and Pebble grows its memtables from 256 KiB: a new
-// store's first WALs are new files and its first recycled ones are short,
-// and either way every acknowledged send paid the inode write until the
-// recycled logs had grown. So the store keeps one spare, zero-filled as
-// long as the WAL it is for (sizeFor) and synced, and hands it to Pebble
-// as its next WAL whenever that would be a new file or a recycled one
-// shorter than half of what it needs. A used spare becomes a recycled log
-// of the right length in its turn, so once Pebble's memtables have grown
-// no more spares are made. PostgreSQL zero-fills its WAL segments
-// (wal_init_zero) and RocketMQ pre-writes its commit log files for the
-// same reason.
-//
-// Pebble reads a WAL's zeros past its last record as it reads what its own
-// preallocation and recycling leave there: the end of the log.
+// Zero-filled WAL files, so that a WAL sync writes no inode: doc.go,
+// "Storage tricks", says why and how to turn them off.
 
 const (
 	spareName    = "tidemq-wal-spare"     // a spare ready for use
