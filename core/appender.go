@@ -248,10 +248,9 @@ func (r *request) size() int {
 }
 
 // commit applies reqs in one batch and commits it; lone says the caller
-// is a send committing alone (commitAlone), whose wait for the sync may
-// poll: nothing else is queued to want the CPU, and on small VMs waking a
-// parked committer was ~7% of a lone send's latency (pebblestore's
-// commitPolling).
+// is a send committing alone (commitAlone), which the store is told
+// (Batch.Commit's alone): nothing else is queued to want the CPU, so the
+// store may spend some to return sooner.
 func (b *Broker) commit(reqs []*request, lone bool) {
 	batch := b.store.NewBatch()
 	defer batch.Close()
@@ -288,13 +287,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	for _, q := range b.touched {
 		batch.PutQueueMeta(q.topicID, q.id, q.pendingNext, q.pendingBytes)
 	}
-	var err error
-	if pb, ok := batch.(PollingBatch); ok && lone && !b.opts.NoSync {
-		err = pb.CommitPolling()
-	} else {
-		err = batch.Commit(!b.opts.NoSync)
-	}
-	if err != nil {
+	if err := batch.Commit(!b.opts.NoSync, lone); err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore
 		for _, q := range b.touched {

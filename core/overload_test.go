@@ -27,10 +27,10 @@ type gatedBatch struct {
 	gate *sync.RWMutex
 }
 
-func (b gatedBatch) Commit(sync bool) error {
+func (b gatedBatch) Commit(sync, alone bool) error {
 	b.gate.RLock()
 	defer b.gate.RUnlock()
-	return b.Batch.Commit(sync)
+	return b.Batch.Commit(sync, alone)
 }
 
 func overloadBroker(t *testing.T, opts core.Options) (*core.Broker, *sync.RWMutex) {

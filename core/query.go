@@ -107,27 +107,19 @@ func (b *Broker) findDelayed(rec *TopicRecord, id string) (*Message, error) {
 	return found, err
 }
 
-// findByID looks id up in the topic's id index: under its own kind, and
-// for a NUID also under IndexID, where data dirs written before IndexNUID
-// indexed every id.
+// findByID looks id up in the topic's id index, under its kind.
 func (b *Broker) findByID(rec *TopicRecord, id string) (*Message, error) {
 	from, to := b.indexBuckets(rec)
 	kind, digest := IDIndex(id)
 	var found *Message
-	scan := func(kind byte, digest uint64) error {
-		return b.store.ScanIndex(rec.ID, kind, digest, from, to, 0, 0, func(_ uint32, seq uint64) bool {
-			m, err := b.store.ReadMessage(seq)
-			if err == nil && m.ID == id && m.TopicID == rec.ID {
-				found = m
-				return false
-			}
-			return true
-		})
-	}
-	err := scan(kind, digest)
-	if err == nil && found == nil && kind != IndexID {
-		err = scan(IndexID, IndexHash(id))
-	}
+	err := b.store.ScanIndex(rec.ID, kind, digest, from, to, 0, 0, func(_ uint32, seq uint64) bool {
+		m, err := b.store.ReadMessage(seq)
+		if err == nil && m.ID == id && m.TopicID == rec.ID {
+			found = m
+			return false
+		}
+		return true
+	})
 	return found, err
 }
 

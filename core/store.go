@@ -43,7 +43,7 @@ type Store interface {
 
 // Secondary index kinds.
 const (
-	IndexID   byte = 'i' // message ids by IndexHash: ids that are not NUIDs, and every id stored before IndexNUID
+	IndexID   byte = 'i' // message ids that are not NUIDs, by IndexHash
 	IndexNUID byte = 'n' // message ids that are NUIDs, by their sequence (IDIndex); the store may keep them in runs
 	IndexKey  byte = 'k'
 	IndexTag  byte = 't'
@@ -135,20 +135,13 @@ type Batch interface {
 	// Len reports the encoded size so far, for batch size caps.
 	Len() int
 	// Commit makes the batch durable (sync) or merely applied (!sync).
-	Commit(sync bool) error
+	// alone says the commit answers one caller, committing on its own
+	// goroutine with nothing queued behind it: a hint the store may use to
+	// return sooner by spending CPU nobody else is waiting for. The batch
+	// is as durable either way.
+	Commit(sync, alone bool) error
 	// Close releases the batch; it is a no-op after Commit failed or succeeded.
 	Close()
-}
-
-// PollingBatch is a Batch that can wait for its sync by polling instead of
-// parking. That pays only while nothing else wants the CPU, which the
-// broker knows (a lone send, committed on its caller's goroutine) and the
-// store does not.
-type PollingBatch interface {
-	Batch
-	// CommitPolling is Commit(true), waiting for durability by polling where
-	// the store allows it (and parking where it does not).
-	CommitPolling() error
 }
 
 // IndexEntry is one message's row in the queue index: enough to filter by tag

@@ -91,11 +91,6 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	topicMsgs := gauge("tidemq.topic.messages", "{message}", "Messages retained, per topic.")
 	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
-	l0 := gauge("tidemq.store.l0.sublevels", "{sublevel}", "Pebble L0 sublevels (read amplification).")
-	stalls := gauge("tidemq.store.write_stalls", "{stall}", "Pebble write stalls since start.")
-	uringSyncs := gauge("tidemq.store.wal.uring_syncs", "{sync}", "WAL fdatasyncs since start run by a kernel worker through io_uring (the rest are plain syscalls).")
-	spares := gauge("tidemq.store.wal.spares_used", "{file}", "WAL files since start that were zero-filled spares (their syncs write no inode) instead of new or short files.")
-	polledCommits := gauge("tidemq.store.wal.polled_commits", "{commit}", "Synced commits since start that waited for their WAL sync by polling (lone sends, while no other goroutine wanted the CPU) instead of parking.")
 	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
 		return nil, err
@@ -122,17 +117,12 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 		if st, ok := b.store.(StatsReporter); ok {
 			stats := st.Stats()
 			o.ObserveInt64(storeBytes, stats.DiskBytes)
-			o.ObserveInt64(l0, stats.L0Sublevels)
-			o.ObserveInt64(stalls, stats.WriteStalls)
-			o.ObserveInt64(uringSyncs, stats.WALUringSyncs)
-			o.ObserveInt64(polledCommits, stats.WALPolledCommits)
-			o.ObserveInt64(spares, stats.WALSpares)
 		}
 		if dropper != nil {
 			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, l0, stalls, uringSyncs, polledCommits, spares, spansDropped)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped)
 	return t, err
 }
 
@@ -147,19 +137,12 @@ type SpaceReporter interface {
 	FreeBytes() (int64, error)
 }
 
-// StoreStats is the store health the broker exports as metrics.
+// StoreStats is the store health the broker exports as metrics. A store's
+// gauges of its own workings are its business (pebblestore registers its
+// own).
 type StoreStats struct {
-	DiskBytes   int64
-	L0Sublevels int64
-	WriteStalls int64
-	// WALUringSyncs counts WAL syncs handed to a kernel worker through
-	// io_uring, whose goroutine held no scheduler thread while it waited.
-	WALUringSyncs int64
-	// WALPolledCommits counts synced commits that waited for their WAL sync
-	// by polling instead of parking (core.PollingBatch).
-	WALPolledCommits int64
-	// WALSpares counts WAL files that were zero-filled spares.
-	WALSpares int64
+	// DiskBytes is what the store occupies on disk.
+	DiskBytes int64
 }
 
 // messageAttrs are the messaging semantic-convention attributes of a message.

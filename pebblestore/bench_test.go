@@ -99,7 +99,7 @@ func benchAppend(b *testing.B, n int, sync bool) {
 		for q := range min(n, queues) {
 			batch.PutQueueMeta(topicID, uint32(q), offsets[q], bytes[q])
 		}
-		if err := batch.Commit(sync); err != nil {
+		if err := batch.Commit(sync, false); err != nil {
 			b.Fatalf("Commit: %v", err)
 		}
 	}
@@ -181,7 +181,7 @@ func BenchmarkReadMessages(b *testing.B) {
 			batch.Append(&core.Message{ID: fmt.Sprint("m", seq), TopicID: 1, QueueID: q, Offset: seq / queues, Seq: seq, Body: body, StoredAtMs: 1})
 			seq++
 		}
-		if err := batch.Commit(false); err != nil {
+		if err := batch.Commit(false, false); err != nil {
 			b.Fatal(err)
 		}
 	}

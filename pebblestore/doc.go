@@ -1,5 +1,18 @@
 // Package pebblestore is the Pebble implementation of core.Store.
 //
+// # Files
+//
+// One file per record family, each holding its batch writes, its reads
+// and its part of Load: meta.go (topics, subscriptions, the highest ids),
+// messages.go (the log, the queue index, the time index, queue positions),
+// index.go (secondary indexes), parked.go (retries, delayed sends and
+// their timers), dead.go (dead letters), dedup.go (remembered sends),
+// history.go (delivery history), consumers.go (acks and broadcast
+// members). keys.go defines every key; record.go the message record;
+// format.go the layout's version; batch.go and store.go what the families
+// share. The storage tricks (below) are walsync.go, fsyncring_*.go and
+// walspare.go, their gauges metrics.go.
+//
 // # Key layout
 //
 // Integers are big-endian and fixed-width, so keys sort in numeric order.
@@ -10,12 +23,12 @@
 //	s       s subID                                       subscription record (JSON)
 //	M       M subID consumerID                            cursor id u32 of a broadcast consumer
 //	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
+//	mV      mV                                            format version u32 (format.go)
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
 //	Q       Q topicID queueID firstOffset 'r'             queue-index run: per offset from firstOffset, uvarint seq delta, varint storedAtMs delta, uvarint size, tagHash, keyHash
-//	Q       Q topicID queueID offset                      seq u64, storedAtMs u64, tagHash u32, size u32, keyHash u32 (one per offset, written by earlier versions)
 //	T       T topicID queueID storedAtMs firstOffset      ∅ (sparse: one per queue per commit)
-//	I       I topicID bucket kind hash seq                ∅ (kind i=non-NUID message id, k=key, t=tag; n=NUID id, written before runs; bucket = storedAt hour)
+//	I       I topicID bucket kind hash seq                ∅ (kind i = a message id that is not a NUID, by FNV hash; k = key; t = tag; bucket = storedAt hour)
 //	I       I topicID dueBucket 'd' idHash parkedID       ∅ (a delayed message not yet due, found by id: written and deleted with its P record)
 //	I       I topicID bucket 'r' firstDigest firstSeq     NUID id run: (digest delta, seq delta) uvarint pairs for the entries after the first
 //	H       H topicID queueID offset cursorID attempt     delivery history: consumer, deliveredAt, outcome, reason, settledAt
@@ -26,6 +39,10 @@
 //	D       D dueMs id                                    kind u8 (timer of an R or P record)
 //	X       X subID deadAtMs id                           dead message: attempt, cursor, reason, message record
 //	U       U topicID dedupKey                            remembered send result (5 minutes)
+//
+// A store writes mV when it is created; Open refuses a data dir of another
+// version, or one holding keys without one, naming the version it found
+// and the one it reads.
 //
 // Why this shape:
 //
@@ -38,20 +55,19 @@
 //     for orderly subscriptions, keyHash) and reads bodies from L by seq.
 //     Retention's cut rewrites the run it falls inside as the run of its
 //     remaining entries, keyed at the cut, so a queue's first key is its
-//     first retained offset. Per-offset keys (17 bytes, written by earlier
-//     versions) are read alongside runs.
+//     first retained offset.
 //   - A message id that is a NUID (every id the broker makes) is indexed
 //     by its digest (core.IDIndex: its sequence number, which grows with
 //     every id a process makes), and consecutive digests of a batch are one
 //     key, a run (kind r): the first digest and seq in the key, the rest as
 //     deltas in the value, at most 256 entries and 2^20 digest units from
-//     the first. A lookup reads the runs of each bucket whose first digest
-//     lies within 2^20 below the one it wants: that is every run that can
-//     hold it. A send of 100 messages is one id-index key: per-message
-//     keys (kind n, which data dirs of session 3 hold and lookups still
-//     read) cost a batch send ~10% of its rate in memtable inserts and
-//     compactions (docs/BENCHMARKS.md). Random hashes (kind i, older still)
-//     cost a skiplist search per insert as well.
+//     the first. A lookup (core.IndexNUID) reads the runs of each bucket
+//     whose first digest lies within 2^20 below the one it wants: that is
+//     every run that can hold it. A send of 100 messages is one id-index
+//     key: a key per message cost a batch send ~10% of its rate in
+//     memtable inserts and compactions (docs/BENCHMARKS.md), and random
+//     hashes a skiplist search per insert as well. Other ids (kind i),
+//     keys and tags have a key per message.
 //   - Retention is a handful of range tombstones per topic: Q and H below
 //     the new minimum offset, T below the cut time, I below the cut bucket
 //     (time-bucket-first, so one tombstone per topic), and L below the oldest
@@ -93,31 +109,78 @@
 // Iterators are always bounded (LowerBound/UpperBound) and short-lived; no
 // snapshot is held across calls.
 //
-// # WAL syncs
+// # Storage tricks
 //
-// On the real disk, Pebble's WAL files are wrapped (walsync.go): a WAL
-// fdatasync is handed to a kernel worker through io_uring, and the syncing
-// goroutine parks in the netpoller when other goroutines wait for a
-// scheduler P, or polls for the completion when none does (Options.
-// NoSyncSpin: the plain syscall then), instead of holding a P through the
-// syscall. Where io_uring is unavailable it is the plain syscall. A commit
-// the broker makes for a lone send (core.PollingBatch) waits for its sync
-// the same way when syncs may spin: it applies the batch
-// (DB.ApplyNoSyncWait), then, while no other goroutine waits for a P,
-// polls the WAL's count of ended syncs before Batch.SyncWait, so the WAL
-// flusher finds it not parked and wakes nobody (Store.commitPolling).
-// Either way the commit returns once the data is durable.
+// Every acknowledged send waits for an fdatasync of Pebble's WAL (150–300
+// µs on a small VM's disk, ~1 ms in its tail), so the store shortens that
+// wait in three ways, each on by default, each an Options field that turns
+// it off, each counted by a gauge the store registers through
+// Options.MeterProvider (metrics.go). All three apply only on the real
+// disk (Options.FS nil). Every way, a synced commit returns once its data
+// is durable: fdatasync(2) has returned, with its error.
 //
-// # WAL files
+// The fsync ring (walsync.go, fsyncring_linux.go). A goroutine in a
+// blocking syscall keeps its scheduler P until the runtime's monitor takes
+// it back, and that monitor sleeps longer the less it has to do: traces of
+// 64 single-send producers showed an fsync running with one P or none busy
+// for 28–32% of the run, runnable goroutines waiting. So a WAL's
+// fdatasync is handed to a kernel worker through io_uring and the syncing
+// goroutine waits on an eventfd in the netpoller, holding no P. Other
+// files (sstables, blob files, the MANIFEST) are synced by background work
+// and keep Pebble's path. Where io_uring is unavailable (not Linux, or
+// disabled by sysctl or seccomp) syncs are plain syscalls. Off:
+// Options.NoFsyncRing (--fsync-ring=false), plain fdatasync calls, and no
+// spinning either. Gauge: tidemq.store.wal.uring_syncs, the syncs the ring
+// ran.
 //
-// Besides Pebble's files the directory may hold tidemq-wal-spare: a file
-// zero-filled to the length of Pebble's next WAL (1.1 × its memtable: from
-// 282 KiB after an open up to 70 MiB by default) and synced, which becomes
-// that WAL in place of a new file or of a recycled one shorter than half
-// of it (walspare.go). Syncing appends to
-// blocks already written needs no inode write; a new file's every sync
-// did. A spare is made only once the store has filled a memtable, only
-// with eight full spares' worth of free disk, and in the background, 1 MiB
-// written and synced at a time; tidemq-wal-spare.tmp is one being made,
-// removed at the next open if a crash cut it short.
+// Sync spinning (walsync.go). How a sync through the ring waits depends on
+// who else wants the CPU: while other goroutines wait for a P it parks,
+// giving its P to them; when none does it polls for the completion,
+// yielding the CPU to other threads between looks, for up to 1 ms, and
+// parks once others have been kept waiting 25 µs (spinPolicy). A CPU left
+// idle through the fsync is halted by the VM, and waking it, then the
+// goroutines the commit answers, put ~100 µs between a lone send's handler
+// and its client; spinning took a lone send's p50 from ~390 to ~330 µs for
+// ~120 µs more CPU per send, CPU nobody else was asking for. The same
+// holds for the committer's own wait: a synced commit that core marks
+// alone (Batch.Commit's alone: one caller committing on its own goroutine,
+// nothing queued behind it, which core knows and the store cannot) applies
+// its batch without waiting (DB.ApplyNoSyncWait), then, while no other
+// goroutine waits for a P, polls the WAL's count of ended syncs before
+// Batch.SyncWait, so Pebble's WAL flusher finds it not parked and wakes
+// nobody: that wake-up was 26–34 µs of a lone send's p50
+// (Store.commitPolling). Commits core does not mark alone (the appender's
+// group commits, whose callers are many and whose CPU others want) park.
+// Off: Options.NoSyncSpin (--sync-spin=false), where idle CPU is billed or
+// under a CPU quota: syncs nobody waits on sleep in the syscall and every
+// commit parks. Gauge: tidemq.store.wal.polled_commits, the commits that
+// polled.
+//
+// WAL spares (walspare.go). An fdatasync of a file that grew since its
+// last sync writes its inode too (size, new blocks): on ext4 one more
+// synchronous write before the disk's cache flush (appending 1,300 bytes
+// and syncing took 169 µs on a growing file, 98 µs on one whose blocks
+// were written with zeros before; fallocate does not help, its extents are
+// "unwritten" and converting them is metadata again). Pebble recycles WAL
+// files for this reason, but a recycled log is only as long as the
+// memtable it held, and Pebble grows its memtables from 256 KiB, so a new
+// store's first WALs are new files or short recycled ones. The store
+// keeps one spare, tidemq-wal-spare: a file zero-filled to the length of
+// Pebble's next WAL (1.1 × its memtable: from 282 KiB after an open up to
+// 70 MiB by default) and synced, which becomes that WAL in place of a new
+// file or of a recycled one shorter than half of it. A used spare becomes
+// a recycled log of the right length in its turn, so once the memtables
+// have grown no more spares are made. A spare is made only once the store
+// has filled a memtable, only with eight full spares' worth of free disk,
+// and in the background, 1 MiB written and synced at a time;
+// tidemq-wal-spare.tmp is one being made, removed at the next open if a
+// crash cut it short. Pebble reads a WAL's zeros past its last record as
+// the end of the log, as it reads what its own recycling leaves there.
+// The spare counts in the store's disk bytes (core's
+// tidemq.store.disk.bytes). Off: Options.NoWALSpares (--wal-spares=false),
+// Pebble's own new and recycled files. Gauge: tidemq.store.wal.spares_used,
+// the WALs that were spares.
+//
+// The store also reports Pebble's health: tidemq.store.l0.sublevels and
+// tidemq.store.write_stalls.
 package pebblestore

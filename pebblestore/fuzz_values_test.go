@@ -88,7 +88,7 @@ func TestStoredValuesRoundTrip(t *testing.T) {
 	for _, h := range historyCases() {
 		b.PutHistory(h)
 	}
-	if err := b.Commit(false); err != nil {
+	if err := b.Commit(false, false); err != nil {
 		t.Fatal(err)
 	}
 	var got []*core.HistoryRecord
@@ -189,7 +189,7 @@ func FuzzDecodeStoredValues(f *testing.F) {
 		for _, h := range historyCases() {
 			b := s.NewBatch()
 			b.PutHistory(h)
-			if err := b.Commit(false); err != nil {
+			if err := b.Commit(false, false); err != nil {
 				f.Fatal(err)
 			}
 		}
@@ -272,7 +272,7 @@ func FuzzDecodeStoredValues(f *testing.F) {
 			}
 			b := s.NewBatch()
 			b.PutHistory(got)
-			if err := b.Commit(false); err != nil {
+			if err := b.Commit(false, false); err != nil {
 				t.Fatal(err)
 			}
 			var again *core.HistoryRecord

@@ -1,50 +1,79 @@
 package pebblestore
 
-import "encoding/binary"
+import (
+	"encoding/binary"
 
-// Key prefixes; the layout is documented in doc.go.
+	"github.com/tidemq/tidemq/core"
+)
+
+// Key prefixes: every key the store writes starts with one of these (the
+// layout is documented in doc.go). Integers in keys are big-endian and
+// fixed-width, so keys sort in numeric order.
 const (
-	prefixTopic     = 't'
-	prefixSub       = 's'
-	prefixQueueMeta = 'q'
-	prefixLog       = 'L'
-	prefixQueue     = 'Q'
-	prefixTime      = 'T'
-	prefixWatermark = 'C'
-	prefixAck       = 'A'
-	prefixSecondary = 'I'
-	prefixHistory   = 'H'
+	prefixTopic     = 't' // t topicID → topic record (JSON)
+	prefixSub       = 's' // s subID → subscription record (JSON)
+	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyFormat)
+	prefixQueueMeta = 'q' // q topicID queueID → next offset, bytes
+	prefixLog       = 'L' // L seq → message record
+	prefixQueue     = 'Q' // Q topicID queueID firstOffset 'r' → queue-index run
+	prefixTime      = 'T' // T topicID queueID storedAtMs firstOffset → ∅
+	prefixSecondary = 'I' // I topicID bucket kind … → ∅ or an id run
+	prefixHistory   = 'H' // H topicID queueID offset cursorID id → delivery
+	prefixWatermark = 'C' // C cursorID queueID → acked watermark
+	prefixAck       = 'A' // A cursorID queueID offset → ∅
+	prefixMember    = 'M' // M subID consumerID → cursor id
+	prefixRetry     = 'R' // R id → parked retry
+	prefixDelayed   = 'P' // P id → parked delayed send
+	prefixTimer     = 'D' // D dueMs id → kind
+	prefixDead      = 'X' // X subID deadAtMs id → dead message
+	prefixDedup     = 'U' // U topicID key → remembered send result
+)
+
+// Keys of the m prefix.
+var (
+	// keyLastIDs holds the highest topic and subscription ids ever given.
+	keyLastIDs = []byte{prefixMeta, 'I'}
+	// keyFormat holds the layout's version (format.go).
+	keyFormat = []byte{prefixMeta, 'V'}
+)
+
+// Markers inside keys of a prefix.
+const (
+	// queueRunMarker ends a queue-index key (Q): the key's value is a run
+	// of entries from its offset on.
+	queueRunMarker = 'r'
+	// indexNUIDRun is the secondary index kind of NUID id runs; core's
+	// other kinds (core.IndexID, IndexKey, IndexTag, IndexDelayed) are
+	// stored under their own byte.
+	indexNUIDRun byte = 'r'
 )
 
 var be = binary.BigEndian
 
-func topicKey(topicID uint32) []byte {
-	k := make([]byte, 5)
-	k[0] = prefixTopic
-	be.PutUint32(k[1:], topicID)
-	return k
-}
+func topicKey(topicID uint32) []byte { return id32Prefix(prefixTopic, topicID) }
 
-func subKey(subID uint32) []byte {
-	k := make([]byte, 5)
-	k[0] = prefixSub
-	be.PutUint32(k[1:], subID)
-	return k
-}
+func subKey(subID uint32) []byte { return id32Prefix(prefixSub, subID) }
 
 func logKey(dst []byte, seq uint64) []byte {
 	dst = append(dst[:0], prefixLog)
 	return be.AppendUint64(dst, seq)
 }
 
-// queueKey is Q topic queue offset: the per-offset queue-index key of
-// earlier data dirs, and the bound of scans (a run's key, queueRunKey, is
-// one byte longer and sorts right after it).
+// queueKey is Q topic queue offset: the bound of queue-index scans. A run's
+// key (queueRunKey) is one byte longer and sorts right after it.
 func queueKey(dst []byte, topicID, queueID uint32, offset uint64) []byte {
 	dst = append(dst[:0], prefixQueue)
 	dst = be.AppendUint32(dst, topicID)
 	dst = be.AppendUint32(dst, queueID)
 	return be.AppendUint64(dst, offset)
+}
+
+// queueRunKeyLen is the length of a queue-index key: Q topic queue
+// firstOffset 'r'.
+const queueRunKeyLen = 18
+
+func queueRunKey(dst []byte, topicID, queueID uint32, firstOffset uint64) []byte {
+	return append(queueKey(dst, topicID, queueID, firstOffset), queueRunMarker)
 }
 
 // timeKey is T topic queue storedAtMs firstOffset: two batches stored in the
@@ -81,27 +110,9 @@ func ackKey(subID, queueID uint32, offset uint64) []byte {
 	return be.AppendUint64(k, offset)
 }
 
-// prefixRange returns [p, p+1) as iterator bounds: every key that starts with p.
-func prefixRange(p []byte) (lower, upper []byte) {
-	upper = append([]byte(nil), p...)
-	for i := len(upper) - 1; i >= 0; i-- {
-		if upper[i] < 0xff {
-			upper[i]++
-			return p, upper[:i+1]
-		}
-	}
-	return p, nil
+func memberKey(subID uint32, consumerID string) []byte {
+	return append(id32Prefix(prefixMember, subID), consumerID...)
 }
-
-func id32Prefix(prefix byte, id uint32) []byte {
-	k := make([]byte, 0, 5)
-	k = append(k, prefix)
-	return be.AppendUint32(k, id)
-}
-
-// indexValueLen is the value length of a per-offset queue-index key of
-// earlier data dirs: seq u64, storedAtMs u64, tagHash, size, keyHash u32.
-const indexValueLen = 28
 
 // secondaryKey is I topicID bucket kind hash seq: buckets first, so that
 // retention drops a topic's old buckets with one range tombstone.
@@ -126,4 +137,47 @@ func appendHistoryKey(k []byte, topicID, queueID uint32, offset uint64, cursorID
 	k = be.AppendUint64(k, offset)
 	k = be.AppendUint32(k, cursorID)
 	return be.AppendUint64(k, id)
+}
+
+// parkedKey is R id for a retry, P id for a delayed send.
+func parkedKey(kind byte, id uint64) []byte {
+	p := byte(prefixDelayed)
+	if kind == core.ParkedRetry {
+		p = prefixRetry
+	}
+	return be.AppendUint64([]byte{p}, id)
+}
+
+func timerKey(dueMs int64, id uint64) []byte {
+	k := be.AppendUint64([]byte{prefixTimer}, uint64(max(dueMs, 0)))
+	return be.AppendUint64(k, id)
+}
+
+func deadKey(subID uint32, deadAtMs int64, id uint64) []byte {
+	k := be.AppendUint32([]byte{prefixDead}, subID)
+	k = be.AppendUint64(k, uint64(max(deadAtMs, 0)))
+	return be.AppendUint64(k, id)
+}
+
+func dedupKey(topicID uint32, key string) []byte {
+	k := be.AppendUint32([]byte{prefixDedup}, topicID)
+	return append(k, key...)
+}
+
+// prefixRange returns [p, p+1) as iterator bounds: every key that starts with p.
+func prefixRange(p []byte) (lower, upper []byte) {
+	upper = append([]byte(nil), p...)
+	for i := len(upper) - 1; i >= 0; i-- {
+		if upper[i] < 0xff {
+			upper[i]++
+			return p, upper[:i+1]
+		}
+	}
+	return p, nil
+}
+
+func id32Prefix(prefix byte, id uint32) []byte {
+	k := make([]byte, 0, 5)
+	k = append(k, prefix)
+	return be.AppendUint32(k, id)
 }

@@ -1,9 +1,7 @@
 package pebblestore
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,13 +11,16 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tidemq/tidemq/core"
 )
 
 var _ core.Store = (*Store)(nil)
 
-// Options configures Open. The zero value works.
+// Options configures Open. The zero value works, with every storage trick
+// on (doc.go, "Storage tricks", says what each does); each No… field turns
+// one off.
 type Options struct {
 	// FS is the filesystem; nil means the real disk. Tests pass vfs.NewMem().
 	FS vfs.FS
@@ -27,10 +28,18 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the memtable size (default 64 MiB).
 	MemTableBytes uint64
-	// NoSyncSpin: a WAL sync that no other goroutine waits on sleeps in the
-	// syscall instead of polling for its completion (walsync.go).
+	// NoSyncSpin turns sync spinning off: a WAL sync nobody else waits on
+	// sleeps in the syscall, and a commit marked alone parks like the rest.
 	NoSyncSpin bool
-	Logger     *slog.Logger
+	// NoFsyncRing turns the fsync ring off: WAL syncs are plain fdatasync
+	// calls (and never spin, whatever NoSyncSpin says).
+	NoFsyncRing bool
+	// NoWALSpares turns WAL spares off: Pebble's WALs are its own new or
+	// recycled files, never zero-filled spares.
+	NoWALSpares bool
+	// MeterProvider receives the store's gauges (metrics.go); nil: none.
+	MeterProvider metric.MeterProvider
+	Logger        *slog.Logger
 
 	// sparesOnFS gives a test's FS zero-filled WAL spares, as the real
 	// disk has (walspare.go).
@@ -43,15 +52,16 @@ type Store struct {
 	fs   vfs.FS
 	ring *fsyncRing // nil: WAL syncs are plain syscalls
 	// spares are zero-filled files for Pebble's next WALs (walspare.go);
-	// nil on a test's FS.
+	// nil on a test's FS or with Options.NoWALSpares.
 	spares *walSpares
-	// walSyncs is set when synced commits poll for their WAL sync
+	// walSyncs is set when a lone synced commit polls for its WAL sync
 	// (commitPolling): with the ring, and spinning allowed.
 	walSyncs *walSyncCounts
 	sched    schedWatch // commitPolling's looks at the scheduler
 	dir      string
 	mu       sync.RWMutex // guards closed against Close racing with reads
 	closed   bool
+	metrics  metric.Registration // nil without a MeterProvider
 
 	writeStalls atomic.Int64
 }
@@ -131,18 +141,20 @@ func Open(dir string, opts Options) (*Store, error) {
 	if opts.FS == nil {
 		// Only on the real disk: a test's FS keeps its own SyncData, and
 		// an in-memory one has no inode to spare a write of.
-		ring, err := newFsyncRing()
-		if err != nil {
-			quietLogger{opts.Logger}.logger().Info("no io_uring: WAL syncs are plain fdatasync calls, each holding a scheduler thread", "reason", err)
-		} else {
-			s.ring = ring
-			if !opts.NoSyncSpin {
-				s.walSyncs = new(walSyncCounts)
+		if !opts.NoFsyncRing {
+			ring, err := newFsyncRing()
+			if err != nil {
+				quietLogger{opts.Logger}.logger().Info("no io_uring: WAL syncs are plain fdatasync calls, each holding a scheduler thread", "reason", err)
+			} else {
+				s.ring = ring
+				if !opts.NoSyncSpin {
+					s.walSyncs = new(walSyncCounts)
+				}
 			}
 		}
 		po.FS = walSyncFS{FS: vfs.Default, ring: s.ring, spin: !opts.NoSyncSpin, counts: s.walSyncs}
 	}
-	if opts.FS == nil || opts.sparesOnFS {
+	if (opts.FS == nil || opts.sparesOnFS) && !opts.NoWALSpares {
 		s.spares = newWALSpares(s.fs, dir, int64(opts.MemTableBytes), quietLogger{opts.Logger}.logger())
 		fs, _ := po.FS.(walSyncFS)
 		if fs.FS == nil {
@@ -158,7 +170,17 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pebblestore: open %s: %w", dir, err)
 	}
 	s.db = db
+	if err := checkFormat(db, dir); err != nil {
+		_ = db.Close()
+		s.spares.close()
+		s.ring.close()
+		return nil, err
+	}
 	s.spares.start()
+	if err := s.registerMetrics(opts.MeterProvider); err != nil {
+		_ = s.Close()
+		return nil, fmt.Errorf("pebblestore: metrics: %w", err)
+	}
 	return s, nil
 }
 
@@ -192,7 +214,11 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.db.Close()
+	var err error
+	if s.metrics != nil {
+		err = s.metrics.Unregister()
+	}
+	err = errors.Join(err, s.db.Close())
 	s.spares.close()
 	err = errors.Join(err, s.ring.close())
 	if err != nil {
@@ -232,25 +258,17 @@ func (s *Store) Compact() error {
 func (s *Store) Load() (*core.Snapshot, error) {
 	snap := &core.Snapshot{Queues: map[uint32][]core.QueueRange{}, Acks: map[uint32][]core.QueueAcks{}}
 	err := s.read(func() error {
-		if err := s.loadTopics(snap); err != nil {
-			return err
+		// Each record family reads its part (meta.go, consumers.go,
+		// parked.go, dead.go, dedup.go, messages.go).
+		for _, load := range []func(*core.Snapshot) error{
+			s.loadTopics, s.loadSubscriptions, s.loadLastIDs, s.loadAcks, s.loadMembers,
+			s.loadParked, s.loadDeadCounts, s.loadDedup, s.loadNextSeq,
+		} {
+			if err := load(snap); err != nil {
+				return err
+			}
 		}
-		if err := s.loadSubscriptions(snap); err != nil {
-			return err
-		}
-		if err := s.loadAcks(snap); err != nil {
-			return err
-		}
-		if err := s.loadParked(snap); err != nil {
-			return err
-		}
-		if err := s.loadMembers(snap); err != nil {
-			return err
-		}
-		if err := s.loadLastIDs(snap); err != nil {
-			return err
-		}
-		return s.loadNextSeq(snap)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: load: %w", err)
@@ -258,276 +276,31 @@ func (s *Store) Load() (*core.Snapshot, error) {
 	return snap, nil
 }
 
-func (s *Store) loadTopics(snap *core.Snapshot) error {
-	lo, hi := prefixRange([]byte{prefixTopic})
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		t := new(core.TopicRecord)
-		if err := json.Unmarshal(it.Value(), t); err != nil {
-			return fmt.Errorf("topic %x: %w", it.Key(), err)
-		}
-		snap.Topics = append(snap.Topics, t)
-		ranges := make([]core.QueueRange, t.Queues)
-		for q := range ranges {
-			r, err := s.queueRange(t.ID, uint32(q))
-			if err != nil {
-				return err
-			}
-			ranges[q] = r
-		}
-		snap.Queues[t.ID] = ranges
-	}
-	return it.Error()
-}
-
-// ReadMessages walks one iterator over the log, forward only: a seq right
-// after the last one read is one Next away, and a gap one SeekGE.
-// maxSkip is how many log keys ReadMessages steps over before it seeks.
-const maxSkip = 16
-
-func (s *Store) ReadMessages(seqs []uint64, out []*core.Message) error {
-	if len(seqs) == 0 {
-		return nil
-	}
-	return s.read(func() error {
-		// The bounds and the seek key in one allocation (a pull's); the key
-		// has its own third: Pebble keeps the bounds, which must not change
-		// while the iterator is open.
-		const n = 9 // a log key: prefix and seq
-		keys := make([]byte, 3*n)
-		lo := logKey(keys[0:0:n], seqs[0])
-		hi := logKey(keys[n:n:2*n], seqs[len(seqs)-1]+1)
-		key := keys[2*n : 2*n : 3*n]
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-		if err != nil {
-			return fmt.Errorf("pebblestore: read log: %w", err)
-		}
-		defer it.Close()
-		valid := false // the iterator is at a key no seq has passed yet
-		for i, seq := range seqs {
-			key = logKey(key, seq)
-			if !valid || bytes.Compare(it.Key(), key) < 0 {
-				// A pull's seqs are close together: consecutive, or every
-				// Nth of the log when sends spread over N queues. Stepping
-				// over a few keys (without their values, which are in blob
-				// files) is cheaper than a seek; past maxSkip keys, seek.
-				for n := 0; valid && n < maxSkip; n++ {
-					if valid = it.Next(); !valid || bytes.Compare(it.Key(), key) >= 0 {
-						break
-					}
-				}
-				if !valid || bytes.Compare(it.Key(), key) < 0 {
-					valid = it.SeekGE(key)
-				}
-			}
-			if !valid || !bytes.Equal(it.Key(), key) {
-				continue
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
-			}
-			if out[i], err = decodeRecord(v, seq); err != nil {
-				return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
-			}
-		}
-		return it.Error()
-	})
-}
-
-// queueRange reads a queue's meta record (next offset, bytes) and its first
-// index entry (the lowest retained offset).
-func (s *Store) queueRange(topicID, queueID uint32) (core.QueueRange, error) {
-	var r core.QueueRange
-	v, closer, err := s.db.Get(queueMetaKey(topicID, queueID))
-	switch {
-	case errors.Is(err, pebble.ErrNotFound):
-		return r, nil
-	case err != nil:
-		return r, err
-	}
-	if len(v) != 16 {
-		closer.Close()
-		return r, errCorrupt
-	}
-	r.Next, r.Bytes = be.Uint64(v), int64(be.Uint64(v[8:]))
-	closer.Close()
-	r.Min = r.Next
-	lo := queueKey(nil, topicID, queueID, 0)
-	hi := queueKey(nil, topicID, queueID, r.Next)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return r, err
-	}
-	defer it.Close()
-	if it.First() {
-		r.Min = be.Uint64(it.Key()[9:])
-	}
-	return r, it.Error()
-}
-
-func (s *Store) loadSubscriptions(snap *core.Snapshot) error {
-	lo, hi := prefixRange([]byte{prefixSub})
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		sub := new(core.SubscriptionRecord)
-		if err := json.Unmarshal(it.Value(), sub); err != nil {
-			return fmt.Errorf("subscription %x: %w", it.Key(), err)
-		}
-		snap.Subscriptions = append(snap.Subscriptions, sub)
-	}
-	return it.Error()
-}
-
-func (s *Store) loadAcks(snap *core.Snapshot) error {
-	byQueue := map[[2]uint32]*core.QueueAcks{}
-	get := func(sub, q uint32) *core.QueueAcks {
-		k := [2]uint32{sub, q}
-		a := byQueue[k]
-		if a == nil {
-			a = &core.QueueAcks{QueueID: q}
-			byQueue[k] = a
-		}
-		return a
-	}
-	lo, hi := prefixRange([]byte{prefixWatermark})
+// walk calls fn for the keys in [lo, hi), in order, while it says to go on.
+func (s *Store) walk(lo, hi []byte, fn func(k, v []byte) (bool, error)) error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return err
 	}
 	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 9 || len(it.Value()) != 8 {
-			it.Close()
-			return errCorrupt
+		if more, err := fn(it.Key(), it.Value()); !more || err != nil {
+			return errors.Join(err, it.Close())
 		}
-		get(be.Uint32(k[1:]), be.Uint32(k[5:])).Watermark = be.Uint64(it.Value())
 	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return err
-	}
-	lo, hi = prefixRange([]byte{prefixAck})
-	it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
-		if len(k) != 17 {
-			it.Close()
-			return errCorrupt
-		}
-		a := get(be.Uint32(k[1:]), be.Uint32(k[5:]))
-		a.Acked = append(a.Acked, be.Uint64(k[9:]))
-	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return err
-	}
-	for k, a := range byQueue {
-		snap.Acks[k[0]] = append(snap.Acks[k[0]], *a)
-	}
-	return nil
-}
-
-func (s *Store) loadNextSeq(snap *core.Snapshot) error {
-	lo, hi := prefixRange([]byte{prefixLog})
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	if it.Last() {
-		snap.NextSeq = be.Uint64(it.Key()[1:]) + 1
-	}
-	return it.Error()
-}
-
-func (s *Store) ScanQueue(topicID, queueID uint32, from, to uint64, fn func(core.IndexEntry) bool) error {
-	if from >= to {
-		return nil
-	}
-	return s.read(func() error {
-		if err := s.scanQueueIndex(topicID, queueID, from, to, fn); err != nil {
-			return fmt.Errorf("pebblestore: scan %d/%d: %w", topicID, queueID, err)
-		}
-		return nil
-	})
-}
-
-func (s *Store) ReadMessage(seq uint64) (*core.Message, error) {
-	var m *core.Message
-	err := s.read(func() error {
-		kb := recordPool.Get().(*[]byte)
-		defer recordPool.Put(kb)
-		*kb = logKey(*kb, seq)
-		v, closer, err := s.db.Get(*kb)
-		if errors.Is(err, pebble.ErrNotFound) {
-			return core.ErrMessageNotFound
-		}
-		if err != nil {
-			return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
-		}
-		defer closer.Close()
-		m, err = decodeRecord(v, seq)
-		if err != nil {
-			return fmt.Errorf("pebblestore: read seq %d: %w", seq, err)
-		}
-		return nil
-	})
-	return m, err
-}
-
-func (s *Store) OffsetAtTime(topicID, queueID uint32, timeMs int64) (uint64, bool, error) {
-	var off uint64
-	var ok bool
-	err := s.read(func() error {
-		lo := timeKey(nil, topicID, queueID, max(timeMs, 0), 0)
-		_, hi := prefixRange(lo[:9])
-		it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-		if err != nil {
-			return err
-		}
-		defer it.Close()
-		if it.First() && len(it.Key()) == 25 {
-			off, ok = be.Uint64(it.Key()[17:]), true
-		}
-		return it.Error()
-	})
-	if err != nil {
-		return 0, false, fmt.Errorf("pebblestore: offset at time %d/%d: %w", topicID, queueID, err)
-	}
-	return off, ok, nil
+	return errors.Join(it.Error(), it.Close())
 }
 
 func msToTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
-// Stats reports store health for metrics.
+// Stats reports the store's disk usage for the broker's metrics; the
+// store's own gauges go through Options.MeterProvider (metrics.go).
 func (s *Store) Stats() core.StoreStats {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
 		return core.StoreStats{}
 	}
-	m := s.db.Metrics()
-	stats := core.StoreStats{
-		DiskBytes:     int64(m.DiskSpaceUsage()) + s.spares.diskBytes(),
-		L0Sublevels:   int64(m.Levels[0].Sublevels),
-		WriteStalls:   s.writeStalls.Load(),
-		WALUringSyncs: s.ring.syncs(),
-		WALSpares:     s.spares.taken(),
-	}
-	if s.walSyncs != nil {
-		stats.WALPolledCommits = s.walSyncs.polled.Load()
-	}
-	return stats
+	return core.StoreStats{DiskBytes: int64(s.db.Metrics().DiskSpaceUsage()) + s.spares.diskBytes()}
 }
 
 // FreeBytes reports the space left for the store on its filesystem.

@@ -53,7 +53,7 @@ func commit(t *testing.T, s core.Store, fill func(core.Batch)) {
 	t.Helper()
 	b := s.NewBatch()
 	fill(b)
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(true, false); err != nil {
 		t.Fatalf("Commit: %v", err)
 	}
 }
@@ -228,12 +228,12 @@ func TestReadMessagesAroundGaps(t *testing.T) {
 	for seq := range uint64(10) {
 		b.Append(&core.Message{ID: fmt.Sprint("m", seq), TopicID: 1, Offset: seq, Seq: seq, Body: []byte(fmt.Sprint("body ", seq))})
 	}
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(true, false); err != nil {
 		t.Fatal(err)
 	}
 	b = s.NewBatch()
 	b.CutLog(4)
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(true, false); err != nil {
 		t.Fatal(err)
 	}
 	seqs := []uint64{2, 3, 4, 5, 6, 8, 9, 12, 13}
@@ -380,7 +380,7 @@ func TestOpenOnDiskCloseIsIdempotentThenErrClosed(t *testing.T) {
 	wantClosed(t, "Compact", s.Compact())
 	b := s.NewBatch()
 	b.PutTopic(&core.TopicRecord{ID: 9, Name: "late", Queues: 1})
-	wantClosed(t, "Commit", b.Commit(true))
+	wantClosed(t, "Commit", b.Commit(true, false))
 
 	// The data is on disk for the next Open.
 	checkFixture(t, openStore(t, nil, dir), f)

@@ -10,30 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// Zero-filled WAL files.
-//
-// An fdatasync of a file that grew since its last sync writes the file's
-// inode too (its size, its new blocks): on ext4 that is one more
-// synchronous write before the disk's cache flush. Appending 1,300 bytes
-// and syncing took 169 µs on a growing file and 98 µs on one whose blocks
-// were written with zeros before, on the development VM's disk
-// (BenchmarkFileAppendSync); fallocate does not help, since its extents
-// are "unwritten" and converting them is metadata again. Pebble recycles
-// WAL files for this reason, but a recycled log is only as long as the
-// memtable it held, and Pebble grows its memtables from 256 KiB: a new
-// store's first WALs are new files and its first recycled ones are short,
-// and either way every acknowledged send paid the inode write until the
-// recycled logs had grown. So the store keeps one spare, zero-filled as
-// long as the WAL it is for (sizeFor) and synced, and hands it to Pebble
-// as its next WAL whenever that would be a new file or a recycled one
-// shorter than half of what it needs. A used spare becomes a recycled log
-// of the right length in its turn, so once Pebble's memtables have grown
-// no more spares are made. PostgreSQL zero-fills its WAL segments
-// (wal_init_zero) and RocketMQ pre-writes its commit log files for the
-// same reason.
-//
-// Pebble reads a WAL's zeros past its last record as it reads what its own
-// preallocation and recycling leave there: the end of the log.
+// Zero-filled WAL files, so that a WAL sync writes no inode: doc.go,
+// "Storage tricks", says why and how to turn them off.
 
 const (
 	spareName    = "tidemq-wal-spare"     // a spare ready for use
@@ -56,9 +34,12 @@ type walSpares struct {
 	log      *slog.Logger
 
 	ready atomic.Int64 // the length of the whole, synced spare at spareName; 0: none
-	logs  atomic.Int32 // WAL files handed to Pebble since open
-	used  atomic.Int64 // of them, spares
-	want  chan struct{}
+	// file orders take's move of the spare against make's rename of the
+	// next one to spareName: ready is 0 only once the file is moved.
+	file sync.Mutex
+	logs atomic.Int32 // WAL files handed to Pebble since open
+	used atomic.Int64 // of them, spares
+	want chan struct{}
 
 	// The maker runs from the first spare wanted until close; mu orders
 	// its start against close.
@@ -169,11 +150,15 @@ func (s *walSpares) newLog() {
 // false when it is not (or the move failed, which is logged), and the
 // caller then tells newLog of the file it makes instead.
 func (s *walSpares) take(newname string, category vfs.DiskWriteCategory, shorter int64) (f vfs.File, ok bool) {
+	s.file.Lock()
 	size := s.ready.Load()
-	if size <= shorter || !s.ready.CompareAndSwap(size, 0) {
+	if size <= shorter {
+		s.file.Unlock()
 		return nil, false
 	}
 	f, err := s.fs.ReuseForWrite(s.path(spareName), newname, category)
+	s.ready.Store(0)
+	s.file.Unlock()
 	if err != nil {
 		s.log.Warn("pebblestore: using the WAL spare", "err", err)
 		return nil, false
@@ -242,6 +227,8 @@ func (s *walSpares) make(ctx context.Context, size int64) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
+	s.file.Lock()
+	defer s.file.Unlock()
 	if err := s.fs.Rename(s.path(spareTmpName), s.path(spareName)); err != nil {
 		return err
 	}

@@ -12,34 +12,9 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
-// WAL syncs off the scheduler.
-//
-// Every acknowledged send waits for an fdatasync of Pebble's WAL (150–300 µs
-// on the 2-core VM, ~1 ms in its tail). A goroutine in a blocking syscall
-// keeps its scheduler P until the runtime's monitor thread takes it back,
-// and that monitor sleeps longer the less it has to do: tracing 64
-// single-send producers showed an fsync running with one P or none busy
-// for 28–32% of the run, runnable goroutines waiting. So the WAL is
-// synced through io_uring: the kernel runs the fdatasync on one of its
-// io-wq worker threads and the syncing goroutine waits without a syscall.
-//
-// How it waits depends on who else wants the CPU. While other goroutines
-// are waiting for a P, it parks on an eventfd in the netpoller, giving its
-// P to them. When none is, it polls for the completion (spins), yielding
-// the CPU to other threads between looks (the kernel worker may need this
-// one), for up to walSyncSpin, and parks once others have been kept
-// waiting a little while (spinPolicy). The reason is the VM: a CPU left
-// idle through the fsync is halted, and waking it, then the goroutines the
-// commit answers, puts ~100 µs between a lone send's handler and its
-// client that a no-op handler does not pay (timestamps in the handler: 246
-// µs of a 380 µs round trip). Spinning took the lone send's p50 from 382,
-// 434, 389 µs to 342, 333, 326 µs (three alternating pairs) for ~120 µs
-// more CPU per send, CPU nobody else was asking for. Options.NoSyncSpin
-// turns it off (where idle CPU is billed, or under a CPU quota); a sync
-// nobody waits on is then the plain syscall, which sleeps. Where io_uring
-// is unavailable every sync is the plain syscall. Same guarantee every
-// way: the call returns once fdatasync(2) has, with its error.
-// Measurements: docs/BENCHMARKS.md, "Issue 10, session 6".
+// WAL syncs through the fsync ring, spinning while nobody else wants the
+// CPU, and lone commits polling for theirs: doc.go, "Storage tricks", says
+// what each is for and how to turn it off.
 
 // walSyncFS hands out Pebble's WAL files: zero-filled spares in place of
 // new or short ones (walspare.go), their SyncData through ring. Other
@@ -221,7 +196,7 @@ type walSyncCounts struct {
 // goroutine while a P is idle makes the runtime wake a thread, a futex call
 // that costs the flusher 6–12 µs of CPU here, and the committer then waits
 // for the flusher to finish. A committer that polls is found not waiting and
-// goes on at once (docs/BENCHMARKS.md, "Issue 10, session 8"). The counts
+// goes on at once (docs/BENCHMARKS.md). The counts
 // are only a hint: a sync that ended without our batch sends us to SyncWait
 // early, which parks as before, and SyncWait is what reports the sync's
 // outcome.

@@ -59,8 +59,8 @@ func TestOthersWaitForAPSeesRunnableGoroutines(t *testing.T) {
 }
 
 // The store's WAL syncs go through the ring: always when syncs may spin,
-// and with spinning off while other goroutines wait to run. Commits asking
-// to poll for their sync do so when syncs may spin and nothing else wants
+// and with spinning off while other goroutines wait to run. Commits marked
+// alone poll for their sync when syncs may spin and nothing else wants
 // the CPU; many at once under CPU contention may poll or park; with
 // spinning off they park. What they synced is there after reopening.
 func TestWALSyncsThroughRing(t *testing.T) {
@@ -111,7 +111,7 @@ func TestWALSyncsThroughRing(t *testing.T) {
 						b := s.NewBatch()
 						b.Append(&core.Message{ID: "m", TopicID: 1, QueueID: 0, Offset: uint64(i), Seq: uint64(i), Body: []byte("body")})
 						b.PutQueueMeta(1, 0, uint64(i+1), int64(4*(i+1)))
-						if err := b.(core.PollingBatch).CommitPolling(); err != nil {
+						if err := b.Commit(true, true); err != nil {
 							errs <- fmt.Errorf("commit %d: %w", i, err)
 							return
 						}
@@ -131,10 +131,10 @@ func TestWALSyncsThroughRing(t *testing.T) {
 			}
 			stop.Store(true)
 			wg.Wait()
-			if n := s.Stats().WALUringSyncs; n == 0 {
+			if n := s.ring.syncs(); n == 0 {
 				t.Errorf("no WAL sync went through the ring in %d synced commits", batches)
 			}
-			if n := s.Stats().WALPolledCommits; tc.polled == "all" && n != batches || tc.polled == "none" && n != 0 || n < 0 || n > batches {
+			if n := s.polledCommits(); tc.polled == "all" && n != batches || tc.polled == "none" && n != 0 || n < 0 || n > batches {
 				t.Errorf("%d of %d commits polled for their sync, want %s", n, batches, tc.polled)
 			}
 			if err := s.Close(); err != nil {

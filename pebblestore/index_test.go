@@ -11,12 +11,10 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-// TestMessageFoundByLegacyIDIndex: data dirs written before NUIDs were
-// indexed in runs still find their messages by id, whether they hold one
-// entry per message by the ordered digest (kind 'n') or, older still, by
-// FNV hash (kind 'i'). The message is sent through a real broker, then its
-// index entry is rewritten each old way.
-func TestMessageFoundByLegacyIDIndex(t *testing.T) {
+// TestMessageFoundByIDRun: a message sent through a real broker is
+// indexed by id as a run of one (kind indexNUIDRun), which is what a
+// lookup by id reads: without it the message is not found.
+func TestMessageFoundByIDRun(t *testing.T) {
 	s, err := Open(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -56,34 +54,12 @@ func TestMessageFoundByLegacyIDIndex(t *testing.T) {
 	if len(entries) != 1 || entries[0][9] != indexNUIDRun {
 		t.Fatalf("id index entries %x: want one of kind %q", entries, indexNUIDRun)
 	}
-	k := entries[0]
-	topicID, bucket, seq := be.Uint32(k[1:]), be.Uint32(k[5:]), be.Uint64(k[len(k)-8:])
-	_, digest := core.IDIndex(id)
-	perMessage := secondaryKey(nil, topicID, bucket, core.IndexNUID, digest, seq)
-	legacy := secondaryKey(nil, topicID, bucket, core.IndexID, core.IndexHash(id), seq)
-	rewrite := func(del, set []byte) {
-		t.Helper()
-		b := s.db.NewBatch()
-		_ = b.Delete(del, nil)
-		if set != nil {
-			_ = b.Set(set, nil, nil)
-		}
-		if err := b.Commit(pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
+	if m, _, err := br.GetMessage("orders", id); err != nil || m.ID != id || string(m.Body) != "hello" {
+		t.Fatalf("GetMessage(%s) through its run: %+v, %v", id, m, err)
 	}
-
-	rewrite(k, perMessage)
-	m, _, err := br.GetMessage("orders", id)
-	if err != nil || m.ID != id || string(m.Body) != "hello" {
-		t.Fatalf("GetMessage(%s) through a per-message entry: %+v, %v", id, m, err)
+	if err := s.db.Delete(entries[0], pebble.Sync); err != nil {
+		t.Fatal(err)
 	}
-	rewrite(perMessage, legacy)
-	m, _, err = br.GetMessage("orders", id)
-	if err != nil || m.ID != id || string(m.Body) != "hello" {
-		t.Fatalf("GetMessage(%s) through the legacy entry: %+v, %v", id, m, err)
-	}
-	rewrite(legacy, nil)
 	if _, _, err := br.GetMessage("orders", id); !errors.Is(err, core.ErrMessageNotFound) {
 		t.Fatalf("GetMessage(%s) with no index entry: %v, want not found", id, err)
 	}
@@ -119,7 +95,7 @@ func TestNUIDRunsFindEveryID(t *testing.T) {
 				all = append(all, e)
 			}
 		}
-		if err := b.Commit(false); err != nil {
+		if err := b.Commit(false, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +188,7 @@ func TestDelayedIndexFollowsTheParkedRecord(t *testing.T) {
 	}
 	b := s.NewBatch()
 	b.PutParked(p)
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(true, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := find(); len(got) != 1 || got[0] != 42 {
@@ -220,7 +196,7 @@ func TestDelayedIndexFollowsTheParkedRecord(t *testing.T) {
 	}
 	b = s.NewBatch()
 	b.DeleteParked(p)
-	if err := b.Commit(true); err != nil {
+	if err := b.Commit(true, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := find(); len(got) != 0 {

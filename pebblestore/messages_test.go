@@ -11,17 +11,6 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-// appendLegacyIndexValue is the value of a per-offset queue-index key
-// (Q topic queue offset) that data dirs of earlier versions hold: seq,
-// storedAtMs, tagHash, size, keyHash (28 bytes).
-func appendLegacyIndexValue(dst []byte, e core.IndexEntry) []byte {
-	dst = be.AppendUint64(dst[:0], e.Seq)
-	dst = be.AppendUint64(dst, uint64(e.StoredAtMs))
-	dst = be.AppendUint32(dst, e.TagHash)
-	dst = be.AppendUint32(dst, e.Size)
-	return be.AppendUint32(dst, e.KeyHash)
-}
-
 func queueIndexKeys(t *testing.T, s *Store, topicID uint32) [][]byte {
 	t.Helper()
 	lo, hi := prefixRange(id32Prefix(prefixQueue, topicID))
@@ -43,9 +32,8 @@ func queueIndexKeys(t *testing.T, s *Store, topicID uint32) [][]byte {
 // send longer than a run, sends of other queues interleaved, single sends
 // in their own commits, store times changing inside a commit, tags and
 // sharding keys on some messages) and checks that every scan [from, to)
-// returns exactly the entries appended there, from run keys, from
-// per-offset keys of older data dirs, and after cutting the queue inside a
-// run, at a run's first offset and inside the per-offset part.
+// returns exactly the entries appended there, and after cutting the queue
+// inside a run and at a run's first offset.
 func TestQueueRunsScanLikeEntries(t *testing.T) {
 	s, err := Open(t.TempDir(), Options{})
 	if err != nil {
@@ -83,7 +71,7 @@ func TestQueueRunsScanLikeEntries(t *testing.T) {
 		for q := range want {
 			b.PutQueueMeta(topic.ID, uint32(q), uint64(len(want[q])), 0)
 		}
-		if err := b.Commit(true); err != nil {
+		if err := b.Commit(true, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -141,31 +129,6 @@ func TestQueueRunsScanLikeEntries(t *testing.T) {
 	checkScans("runs", 0, 0)
 	checkScans("runs", 1, 0)
 
-	// Queue 1 as a data dir of an earlier version holds it: one key per offset.
-	keys := queueIndexKeys(t, s, topic.ID)
-	legacy := s.db.NewBatch()
-	for _, k := range keys {
-		if be.Uint32(k[5:]) == 1 {
-			_ = legacy.Delete(k, nil)
-		}
-	}
-	for _, e := range want[1][:25] {
-		_ = legacy.Set(queueKey(nil, topic.ID, 1, e.Offset), appendLegacyIndexValue(nil, e), nil)
-	}
-	var tail []byte
-	for i, e := range want[1][25:] {
-		prev := core.IndexEntry{}
-		if i > 0 {
-			prev = want[1][25+i-1]
-		}
-		tail = appendQueueEntry(tail, &prev, &e)
-	}
-	_ = legacy.Set(queueRunKey(nil, topic.ID, 1, 25), tail, nil)
-	if err := legacy.Commit(pebble.Sync); err != nil {
-		t.Fatal(err)
-	}
-	checkScans("per-offset keys then a run", 1, 0)
-
 	cut := func(queue uint32, offset uint64) {
 		t.Helper()
 		commitBatch(func(b core.Batch) { b.CutQueue(topic.ID, queue, offset, 0) })
@@ -175,8 +138,8 @@ func TestQueueRunsScanLikeEntries(t *testing.T) {
 	cut(0, 256) // the second run's first offset
 	cut(0, 301) // a single send's run
 	cut(0, 310) // inside the last commit's run
-	cut(1, 10)  // inside the per-offset keys
-	cut(1, 26)  // inside the run after them
+	cut(1, 10)  // inside the other queue's first run
+	cut(1, 26)
 
 	commitBatch(func(b core.Batch) { b.DeleteTopic(topic) })
 	for q := range want {
@@ -213,5 +176,13 @@ func TestCorruptQueueRunIsAnError(t *testing.T) {
 		if !errors.Is(err, errCorrupt) {
 			t.Fatalf("value cut to %d of %d bytes: %v, want errCorrupt", cut, len(val), err)
 		}
+	}
+	// A key without the run marker (one entry per offset) is not this
+	// layout's either.
+	if err := s.db.Set(queueKey(nil, 1, 1, 0), val, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ScanQueue(1, 1, 0, 1, func(core.IndexEntry) bool { return true }); !errors.Is(err, errCorrupt) {
+		t.Fatalf("a per-offset queue-index key: %v, want errCorrupt", err)
 	}
 }

@@ -1,26 +1,29 @@
-package core_test
+package pebblestore
 
 import (
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 
 	"github.com/tidemq/tidemq/core"
-	"github.com/tidemq/tidemq/pebblestore"
 )
 
-// A send committed alone, on its caller's goroutine, waits for its WAL sync
-// by polling (core.PollingBatch) on a store that allows it; sends that
-// share the appender's commits park, and a store told not to spin never
-// polls. Every acknowledged send is readable after a restart either way.
+// A send the broker commits alone, on its caller's goroutine, waits for
+// its WAL sync by polling (its commit is marked alone) on a store that
+// allows it; sends that share the appender's commits park, and a store
+// told not to spin never polls. Every acknowledged send is readable after
+// a restart either way.
 func TestLoneSendsPollForTheirSync(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		name       string
 		noSyncSpin bool
 	}{{"syncs may spin", false}, {"NoSyncSpin", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			open := func() (*pebblestore.Store, *core.Broker) {
-				store, err := pebblestore.Open(dir, pebblestore.Options{MemTableBytes: 4 << 20, CacheBytes: 8 << 20, NoSyncSpin: tc.noSyncSpin, Logger: quiet})
+			open := func() (*Store, *core.Broker) {
+				store, err := Open(dir, Options{MemTableBytes: 4 << 20, CacheBytes: 8 << 20, NoSyncSpin: tc.noSyncSpin, Logger: quiet})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -35,7 +38,7 @@ func TestLoneSendsPollForTheirSync(t *testing.T) {
 			if _, _, err := b.PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
 				t.Fatal(err)
 			}
-			if !tc.noSyncSpin && store.Stats().WALUringSyncs == 0 {
+			if !tc.noSyncSpin && store.ring.syncs() == 0 {
 				t.Skip("no io_uring here: WAL syncs are plain syscalls and nothing polls")
 			}
 
@@ -45,8 +48,8 @@ func TestLoneSendsPollForTheirSync(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			polledAlone := store.Stats().WALPolledCommits
-			syncsAlone := store.Stats().WALUringSyncs
+			polledAlone := store.polledCommits()
+			syncsAlone := store.ring.syncs()
 			// Sends one after another find the appender idle nearly always;
 			// the broker's own timers may take a turn at committing.
 			if tc.noSyncSpin && polledAlone != 0 || !tc.noSyncSpin && (polledAlone < lone/2 || polledAlone > lone) {
@@ -74,7 +77,7 @@ func TestLoneSendsPollForTheirSync(t *testing.T) {
 			}
 			// Each commit syncs the WAL once (they take turns); the lone
 			// ones are about every other one here.
-			polled, synced := store.Stats().WALPolledCommits-polledAlone, store.Stats().WALUringSyncs-syncsAlone
+			polled, synced := store.polledCommits()-polledAlone, store.ring.syncs()-syncsAlone
 			if polled*4 > synced*3 {
 				t.Errorf("%d of the %d commits of concurrent sends polled for their sync; those of the appender must park", polled, synced)
 			}
