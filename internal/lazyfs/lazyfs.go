@@ -33,6 +33,7 @@
 package lazyfs
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -88,7 +89,7 @@ type span struct{ off, end int64 }
 type Stats struct {
 	FileSyncs, DirSyncs int64 // fsync and fdatasync calls
 	PowerLosses         int64
-	LostBytes           int64 // bytes written and never synced, dropped by power losses (an upper bound: spans written twice count twice)
+	LostBytes           int64 // bytes of files written and not synced when the power was lost
 }
 
 // Supported says why this process cannot mount a FUSE file system, or nil
@@ -210,11 +211,7 @@ func (f *FS) Stats() Stats {
 // restore rebuilds dir/live from the durable state, then adopts it.
 func (f *FS) restore() error {
 	f.mu.Lock()
-	for _, d := range f.dirty {
-		for _, s := range d.spans {
-			f.stats.LostBytes += s.end - s.off
-		}
-	}
+	f.stats.LostBytes += f.unsyncedBytes()
 	f.stats.PowerLosses++
 	old := f.synced + ".old"
 	dirs, rootID := f.dirs, f.rootID
@@ -242,6 +239,29 @@ func (f *FS) restore() error {
 		return fmt.Errorf("lazyfs: %w", err)
 	}
 	return f.adopt()
+}
+
+// unsyncedBytes counts the bytes of live files written since their last
+// sync. Callers hold mu.
+func (f *FS) unsyncedBytes() int64 {
+	var n int64
+	counted := map[uint64]bool{}
+	_ = filepath.WalkDir(f.live, func(p string, e os.DirEntry, err error) error {
+		var st syscall.Stat_t
+		if err != nil || !e.Type().IsRegular() || syscall.Lstat(p, &st) != nil {
+			return nil
+		}
+		id, ok := f.ids[st.Ino]
+		if !ok || counted[id] || f.dirty[id] == nil {
+			return nil
+		}
+		counted[id] = true
+		for _, s := range f.dirty[id].spans {
+			n += max(0, min(s.end, st.Size)-s.off)
+		}
+		return nil
+	})
+	return n
 }
 
 type restorer struct {
@@ -407,11 +427,21 @@ func (f *FS) wrote(ino uint64, off, n int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	d := f.dirtyOf(ino)
-	if k := len(d.spans); k > 0 && d.spans[k-1].off <= off && off <= d.spans[k-1].end {
-		d.spans[k-1].end = max(d.spans[k-1].end, off+n) // appending: the usual case
-		return
+	d.spans = addSpan(d.spans, span{off, off + n})
+}
+
+// addSpan adds s to spans, sorted and disjoint, merging what it touches.
+func addSpan(spans []span, s span) []span {
+	if k := len(spans); k == 0 || spans[k-1].end < s.off {
+		return append(spans, s) // past the end: appending, the usual case
 	}
-	d.spans = append(d.spans, span{off, off + n})
+	// The first span ending at or after s.off, and the first starting past s.end.
+	i, _ := slices.BinarySearchFunc(spans, s.off, func(x span, off int64) int { return cmp.Compare(x.end, off) })
+	j, _ := slices.BinarySearchFunc(spans, s.end+1, func(x span, end int64) int { return cmp.Compare(x.off, end) })
+	if i < j {
+		s.off, s.end = min(s.off, spans[i].off), max(s.end, spans[j-1].end)
+	}
+	return slices.Replace(spans, i, j, s)
 }
 
 // truncated records a truncation to size.

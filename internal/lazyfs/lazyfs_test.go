@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tidemq/tidemq/internal/lazyfs"
 )
 
@@ -253,3 +255,35 @@ func TestOverwritesInPlace(t *testing.T) {
 }
 
 func fdatasync(fh *os.File) error { return syscall.Fdatasync(int(fh.Fd())) }
+
+// A preallocation changes nothing durable but the size, a punched hole is
+// zeros once synced.
+func TestFallocate(t *testing.T) {
+	f, mnt := mount(t)
+	p := filepath.Join(mnt, "f")
+	write(t, p, "hello world", true)
+	syncDir(t, mnt)
+	fh, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if err := unix.Fallocate(int(fh.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20); err != nil {
+		t.Skipf("fallocate: %v", err)
+	}
+	if err := unix.Fallocate(int(fh.Fd()), unix.FALLOC_FL_KEEP_SIZE|unix.FALLOC_FL_PUNCH_HOLE, 0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := fdatasync(fh); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(fh.Fd()), unix.FALLOC_FL_KEEP_SIZE|unix.FALLOC_FL_PUNCH_HOLE, 5, 6); err != nil {
+		t.Fatal(err)
+	}
+	fh.Close()
+	powerLoss(t, f)
+	wantFile(t, p, "\x00\x00\x00\x00\x00 world", false)
+	if st := f.Stats(); st.LostBytes != 6 {
+		t.Errorf("%d bytes lost; want the 6 of the hole not synced", st.LostBytes)
+	}
+}

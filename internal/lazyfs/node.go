@@ -2,11 +2,13 @@ package lazyfs
 
 import (
 	"context"
+	"math"
 	"path/filepath"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 )
 
 // node is go-fuse's loopback node, told of what changes a file's durable
@@ -215,12 +217,21 @@ func (h *handle) Setattr(ctx context.Context, in *fuse.SetAttrIn, out *fuse.Attr
 	return h.lf.Setattr(ctx, in, out) // node.Setattr records a truncation
 }
 
+// Allocate records the bytes a punch, zeroing, collapse or insert
+// changed. A plain allocation changes no byte, only perhaps the size,
+// which a sync copies anyway.
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
 	errno := h.lf.Allocate(ctx, off, size, mode)
-	if errno == 0 {
+	if errno != 0 {
+		return errno
+	}
+	switch {
+	case mode&(unix.FALLOC_FL_COLLAPSE_RANGE|unix.FALLOC_FL_INSERT_RANGE) != 0:
+		h.lfs.wrote(h.ino, int64(off), math.MaxInt64-int64(off)) // every byte after off moved
+	case mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0:
 		h.lfs.wrote(h.ino, int64(off), int64(size))
 	}
-	return errno
+	return 0
 }
 
 func (h *handle) Getattr(ctx context.Context, out *fuse.AttrOut) syscall.Errno {
