@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,9 +51,8 @@ func mountLazyFS(t *testing.T) (*lazyfs.FS, string) {
 // order and offsets hold on what the syncs kept.
 func TestCrashLoopWithPowerLoss(t *testing.T) {
 	fs, mnt := mountLazyFS(t)
-	// The mount's root is the data dir: a fresh data dir's own name would
-	// need its parent synced, which is not the broker's to do.
-	runCrashLoop(t, mnt, crashKills(t), func(t *testing.T) {
+	// The broker makes its data dir: its name, too, must be synced.
+	runCrashLoop(t, filepath.Join(mnt, "data"), crashKills(t), func(t *testing.T) {
 		if err := fs.PowerLoss(); err != nil {
 			t.Fatal(err)
 		}
@@ -97,6 +97,7 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 		topic                        = "pl"
 	)
 	fs, mnt := mountLazyFS(t)
+	dir := filepath.Join(mnt, "data") // the broker makes it
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	hc := &http.Client{Timeout: 10 * time.Second}
@@ -114,7 +115,7 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 		}
 	}
 
-	p := startTidemq(t, mnt)
+	p := startTidemq(t, dir)
 	if _, err := call(ctx, hc, "PUT", p.base+"/v1/topics/"+topic, map[string]any{"queues": 4}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 		dying   atomic.Bool // set before a kill: the sends in flight fail
 	)
 	for c := range cycles {
-		p = startTidemq(t, mnt, "--fsync", mode)
+		p = startTidemq(t, dir, "--fsync", mode)
 		dying.Store(false)
 		loadCtx, stopLoad := context.WithCancel(ctx)
 		var wg sync.WaitGroup
@@ -182,7 +183,7 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 	}
 
 	// Read everything back, on a broker with the defaults.
-	p = startTidemq(t, mnt)
+	p = startTidemq(t, dir)
 	if status, err := call(ctx, hc, "PUT", p.base+"/v1/topics/"+topic+"/subscriptions/verify", map[string]any{"startFrom": "earliest"}, nil); err != nil || status != http.StatusCreated {
 		t.Fatalf("create subscription: %d %v", status, err)
 	}
