@@ -107,12 +107,15 @@ func Supported() error {
 
 // Mount mounts a power-loss file system on mountpoint, with its state in
 // dir (dir/live and dir/synced, created if missing). Whatever dir/live
-// already holds counts as synced.
+// already holds counts as synced: dir/synced is made anew from it.
 func Mount(mountpoint, dir string) (*FS, error) {
 	if err := Supported(); err != nil {
 		return nil, err
 	}
 	f := &FS{mountpoint: mountpoint, live: filepath.Join(dir, "live"), synced: filepath.Join(dir, "synced")}
+	if err := os.RemoveAll(f.synced); err != nil {
+		return nil, fmt.Errorf("lazyfs: %w", err)
+	}
 	for _, d := range []string{f.live, f.synced} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("lazyfs: %w", err)

@@ -287,3 +287,31 @@ func TestFallocate(t *testing.T) {
 		t.Errorf("%d bytes lost; want the 6 of the hole not synced", st.LostBytes)
 	}
 }
+
+// A mount on the state of an earlier one starts from what the earlier
+// mount's dir/live held, all of it durable.
+func TestMountAgainOnTheSameState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mounts a FUSE file system; skipped with -short")
+	}
+	if err := lazyfs.Supported(); err != nil {
+		t.Skipf("mounts a FUSE file system: %v", err)
+	}
+	mnt, state := t.TempDir(), t.TempDir()
+	for i, data := range []string{"first", "second"} {
+		f, err := lazyfs.Mount(mnt, state)
+		if err != nil {
+			t.Skipf("mounts a FUSE file system: mount refused: %v", err)
+		}
+		t.Cleanup(func() { _ = f.Unmount() }) // on a failure; a no-op after the Unmount below
+		p := filepath.Join(mnt, "f")
+		if i > 0 {
+			powerLoss(t, f) // nothing written: the earlier content stays
+			wantFile(t, p, "first", false)
+		}
+		write(t, p, data, false) // not synced: still in dir/live at unmount
+		if err := f.Unmount(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
