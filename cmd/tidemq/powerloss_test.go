@@ -129,11 +129,15 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 		batches atomic.Int64
 		dying   atomic.Bool // set before a kill: the sends in flight fail
 	)
-	for c := range cycles {
+	cycle := func(c int) {
 		p = startTidemq(t, dir, "--fsync", mode)
 		dying.Store(false)
 		loadCtx, stopLoad := context.WithCancel(ctx)
 		var wg sync.WaitGroup
+		defer func() { // on t.Fatal too: no producer outlives its cycle
+			stopLoad()
+			wg.Wait()
+		}()
 		for g := range producers {
 			wg.Go(func() {
 				for b := 0; loadCtx.Err() == nil; b++ {
@@ -169,17 +173,19 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 		since := batches.Load()
 		deadline := time.Now().Add(15 * time.Second)
 		for start := time.Now(); time.Since(start) < time.Second || batches.Load() < since+20; {
-			if time.Now().After(deadline) || t.Failed() {
-				stopLoad()
-				wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			if time.Now().After(deadline) {
 				t.Fatalf("cycle %d: %d batches acknowledged in 15 s", c, batches.Load()-since)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		dying.Store(true)
 		kill(p)
-		stopLoad()
-		wg.Wait()
+	}
+	for c := range cycles {
+		cycle(c)
 	}
 
 	// Read everything back, on a broker with the defaults.
