@@ -39,7 +39,12 @@ import (
 // TIDEMQ_CRASH_KILLS sets the number of kills (default 3; `task crash-loop`
 // runs 20).
 func TestCrashLoop(t *testing.T) {
-	kills := crashKills(t)
+	runCrashLoop(t, t.TempDir(), crashKills(t), nil)
+}
+
+// runCrashLoop is TestCrashLoop's run with the broker's data in dir;
+// afterKill, if not nil, runs between each kill and the restart.
+func runCrashLoop(t *testing.T, dir string, kills int, afterKill func(t *testing.T)) {
 	const (
 		producers, batchSize = 4, 10
 		consumers            = 2
@@ -47,7 +52,6 @@ func TestCrashLoop(t *testing.T) {
 		topic, group         = "loop", "g"
 		maxBacklog           = 2000 // messages acknowledged and not delivered yet
 	)
-	dir := t.TempDir()
 	p := startTidemqAt(t, "127.0.0.1:0", dir)
 	base := p.base
 	addr := strings.TrimPrefix(base, "http://") // where every restart listens
@@ -252,6 +256,9 @@ func TestCrashLoop(t *testing.T) {
 		}
 		if err := p.waitExit(t, 10*time.Second); err == nil {
 			t.Fatalf("kill %d: tidemq exited cleanly after SIGKILL?", k+1)
+		}
+		if afterKill != nil {
+			afterKill(t)
 		}
 		p = startTidemqAt(t, addr, dir)
 	}
