@@ -49,7 +49,7 @@ type Node struct {
 // serves it on cfg.Addr. ctx bounds the start only (the telemetry
 // exporters' set-up); the node runs until Shutdown. Goroutines the node
 // starts inherit the caller's pprof labels.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (n *Node, err error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (n *Node, err erro
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
-	n = &Node{cfg: cfg, log: log, tracing: TracingEnabled(cfg.Getenv), serveErr: make(chan error, 1)}
+	n := &Node{cfg: cfg, log: log, tracing: TracingEnabled(cfg.Getenv), serveErr: make(chan error, 1)}
 	// On failure, what was opened is closed again, newest first.
 	var closers []func() error
 	defer func() {
