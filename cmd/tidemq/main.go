@@ -145,15 +145,15 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 		log.Warn("listening beyond loopback without tokens (--insecure): anyone who can reach this port can use the broker")
 	}
 
+	var serveErr error
 	select {
-	case err := <-n.ServeErr():
-		return errors.Join(err, n.Shutdown(context.Background()))
+	case serveErr = <-n.ServeErr():
 	case <-ctx.Done():
+		log.Info("shutting down: answering parked pulls, draining requests")
 	}
-	log.Info("shutting down: answering parked pulls, draining requests")
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.node.ShutdownTimeout)
 	defer cancel()
-	if err := n.Shutdown(sctx); err != nil {
+	if err := errors.Join(serveErr, n.Shutdown(sctx)); err != nil {
 		return err
 	}
 	log.Info("tidemq stopped cleanly")
