@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"log/slog"
 	"time"
 )
 
@@ -130,6 +131,12 @@ func (b *Broker) EnforceRetention() error {
 	if err := b.submit(context.Background(), req); err != nil {
 		return err
 	}
-	b.log.Info("retention applied", "queues_cut", len(cuts))
+	// A run that cut no queue (only the log or the index behind them) is
+	// routine, every retentionEvery: not worth an operator's attention.
+	level := slog.LevelDebug
+	if len(cuts) > 0 {
+		level = slog.LevelInfo
+	}
+	b.log.Log(context.Background(), level, "retention applied", "queues_cut", len(cuts))
 	return nil
 }

@@ -3,12 +3,15 @@ package main
 import (
 	"errors"
 	"flag"
+	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/node"
 )
 
 func envOf(kv map[string]string) func(string) string {
@@ -16,16 +19,17 @@ func envOf(kv map[string]string) func(string) string {
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	c, err := parseConfig(nil, envOf(nil))
+	c, err := parseConfig(nil, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{
-		addr: "127.0.0.1:8080", data: "./data", autoCreate: true, fsync: "always", syncSpin: true,
-		maxMessageBytes: core.DefaultMaxMessageBytes, logLevel: "info", shutdownTimeout: 30 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
-	}
-	if c != want {
+	want := config{logLevel: "info", node: node.Config{
+		Addr: "127.0.0.1:8080", Data: "./data", AutoCreate: true, Fsync: "always",
+		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: "lean",
+		MaxMessageBytes: core.DefaultMaxMessageBytes, ShutdownTimeout: 30 * time.Second,
+		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+	}}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults = %+v, want %+v (SPEC §6)", c, want)
 	}
 }
@@ -34,16 +38,18 @@ func TestParseConfigFlags(t *testing.T) {
 	c, err := parseConfig([]string{
 		"--addr", "127.0.0.1:9999", "--data", "/var/lib/tidemq", "--auto-create=false", "--fsync", "never", "--sync-spin=false",
 		"--max-message-bytes", "1024", "--log-level", "debug", "--shutdown-timeout", "5s",
-	}, envOf(nil))
+		"--fsync-ring=false", "--wal-spares=false", "--span-pipeline", "sdk",
+	}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{
-		addr: "127.0.0.1:9999", data: "/var/lib/tidemq", autoCreate: false, fsync: "never",
-		maxMessageBytes: 1024, logLevel: "debug", shutdownTimeout: 5 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
-	}
-	if c != want {
+	want := config{logLevel: "debug", node: node.Config{
+		Addr: "127.0.0.1:9999", Data: "/var/lib/tidemq", AutoCreate: false, Fsync: "never",
+		SpanPipeline:    "sdk",
+		MaxMessageBytes: 1024, ShutdownTimeout: 5 * time.Second,
+		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+	}}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("flags = %+v, want %+v", c, want)
 	}
 }
@@ -52,27 +58,30 @@ func TestParseConfigEnvFallback(t *testing.T) {
 	env := map[string]string{
 		"TIDEMQ_ADDR": "127.0.0.1:7000", "TIDEMQ_DATA": "/data", "TIDEMQ_AUTO_CREATE": "false",
 		"TIDEMQ_FSYNC": "never", "TIDEMQ_MAX_MESSAGE_BYTES": "2048", "TIDEMQ_LOG_LEVEL": "warn",
-		"TIDEMQ_SYNC_SPIN": "false",
+		"TIDEMQ_SYNC_SPIN": "false", "TIDEMQ_FSYNC_RING": "false", "TIDEMQ_WAL_SPARES": "false",
+		"TIDEMQ_SPAN_PIPELINE": "sdk",
 	}
-	c, err := parseConfig(nil, envOf(env))
+	c, err := parseConfig(nil, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := config{
-		addr: "127.0.0.1:7000", data: "/data", autoCreate: false, fsync: "never",
-		maxMessageBytes: 2048, logLevel: "warn", shutdownTimeout: 30 * time.Second,
-		maxConnections: 10000, minFreeBytes: 128 << 20, consumerExpiry: 2 * time.Minute,
-	}
-	if c != want {
+	want := config{logLevel: "warn", node: node.Config{
+		Addr: "127.0.0.1:7000", Data: "/data", AutoCreate: false, Fsync: "never",
+		SpanPipeline:    "sdk",
+		MaxMessageBytes: 2048, ShutdownTimeout: 30 * time.Second,
+		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+	}}
+	if !reflect.DeepEqual(c, want) {
 		t.Errorf("from the environment = %+v, want %+v", c, want)
 	}
 
 	// A flag wins over its variable.
-	c, err = parseConfig([]string{"--addr", "127.0.0.1:7001", "--fsync=always", "--auto-create"}, envOf(env))
+	c, err = parseConfig([]string{"--addr", "127.0.0.1:7001", "--fsync=always", "--auto-create", "--sync-spin", "--fsync-ring", "--wal-spares", "--span-pipeline=lean"}, envOf(env), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.addr != "127.0.0.1:7001" || c.fsync != "always" || !c.autoCreate || c.data != "/data" {
+	if n := c.node; n.Addr != "127.0.0.1:7001" || n.Fsync != "always" || !n.AutoCreate || n.Data != "/data" ||
+		!n.SyncSpin || !n.FsyncRing || !n.WALSpares || n.SpanPipeline != "lean" {
 		t.Errorf("flags over environment = %+v", c)
 	}
 }
@@ -93,12 +102,21 @@ func TestParseConfigErrors(t *testing.T) {
 		{"--max-message-bytes over a request", []string{"--max-message-bytes", "16777217"}, nil, []string{"--max-message-bytes"}},
 		{"bad --auto-create", []string{"--auto-create=maybe"}, nil, []string{"auto-create"}},
 		{"unknown flag", []string{"--no-such-flag"}, nil, []string{"no-such-flag"}},
+		{"bad TIDEMQ_FSYNC_RING", nil, map[string]string{"TIDEMQ_FSYNC_RING": "yes please"}, []string{"TIDEMQ_FSYNC_RING"}},
+		{"bad TIDEMQ_WAL_SPARES", nil, map[string]string{"TIDEMQ_WAL_SPARES": "2"}, []string{"TIDEMQ_WAL_SPARES"}},
+		{"bad TIDEMQ_SYNC_SPIN", nil, map[string]string{"TIDEMQ_SYNC_SPIN": "spin"}, []string{"TIDEMQ_SYNC_SPIN"}},
+		{"bad --span-pipeline", []string{"--span-pipeline", "fast"}, nil, []string{"--span-pipeline", "fast"}},
+		{"bad TIDEMQ_SPAN_PIPELINE", nil, map[string]string{"TIDEMQ_SPAN_PIPELINE": "otel"}, []string{"--span-pipeline", "otel"}},
+		{"bad --fsync-ring", []string{"--fsync-ring=often"}, nil, []string{"fsync-ring"}},
+		// flag stops at the first non-flag: the flags after it would be lost.
+		{"stray argument", []string{"bogus", "--addr", "127.0.0.1:1"}, nil, []string{`"bogus"`, "only flags"}},
+		{"stray argument after flags", []string{"--addr", "127.0.0.1:1", "run"}, nil, []string{`"run"`}},
 		{"non-numeric --max-message-bytes", []string{"--max-message-bytes", "x"}, nil, []string{"max-message-bytes"}},
 		// Every problem is reported at once.
 		{"all problems", []string{"--fsync", "bad", "--max-message-bytes", "-1"}, nil, []string{"--fsync", "--max-message-bytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := parseConfig(tc.args, envOf(tc.env))
+			_, err := parseConfig(tc.args, envOf(tc.env), io.Discard)
 			if err == nil {
 				t.Fatalf("parseConfig(%q, %v) = nil error", tc.args, tc.env)
 			}
@@ -112,22 +130,22 @@ func TestParseConfigErrors(t *testing.T) {
 }
 
 func TestParseConfigHelp(t *testing.T) {
-	if _, err := parseConfig([]string{"-h"}, envOf(nil)); !errors.Is(err, flag.ErrHelp) {
+	if _, err := parseConfig([]string{"-h"}, envOf(nil), io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: err = %v, want flag.ErrHelp", err)
 	}
 }
 
 func TestParseConfigMaxMessageBytesBound(t *testing.T) {
 	// The largest message body allowed is one whole request.
-	c, err := parseConfig([]string{"--max-message-bytes", "16777216"}, envOf(nil))
-	if err != nil || c.maxMessageBytes != gateway.DefaultMaxRequestBytes {
+	c, err := parseConfig([]string{"--max-message-bytes", "16777216"}, envOf(nil), io.Discard)
+	if err != nil || c.node.MaxMessageBytes != gateway.DefaultMaxRequestBytes {
 		t.Errorf("--max-message-bytes 16777216: %+v, %v", c, err)
 	}
 }
 
 // SPEC §5: --insecure lets a server without tokens listen beyond loopback.
 func TestRegressionInsecureFlag(t *testing.T) {
-	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8080", "--insecure"}, envOf(nil)); err != nil {
+	if _, err := parseConfig([]string{"--addr", "0.0.0.0:8080", "--insecure"}, envOf(nil), io.Discard); err != nil {
 		t.Errorf("--insecure: %v", err)
 	}
 }

@@ -164,7 +164,8 @@ type jaegerTraces struct {
 
 // TestJaegerShowsTheLifeOfAMessage sends a message with a traceparent,
 // pulls it, nacks it, pulls it again and acks it, then finds it in a real
-// Jaeger by the tag messaging.message.id: one trace, in order.
+// Jaeger by the tag messaging.message.id: one trace, in order. Both span
+// pipelines (--span-pipeline) show the same.
 func TestJaegerShowsTheLifeOfAMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs Jaeger")
@@ -174,11 +175,19 @@ func TestJaegerShowsTheLifeOfAMessage(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
 	t.Setenv("OTEL_SERVICE_NAME", "tidemq")
-	p := startTidemq(t, t.TempDir())
+	for _, pipeline := range []string{"lean", "sdk"} {
+		t.Run(pipeline, func(t *testing.T) { lifeOfAMessage(t, query, pipeline) })
+	}
+}
+
+func lifeOfAMessage(t *testing.T, query, pipeline string) {
+	p := startTidemq(t, t.TempDir(), "--span-pipeline", pipeline)
 	ctx := context.Background()
 	hc := &http.Client{Timeout: 40 * time.Second}
 
-	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	// A trace of its own per pipeline: Jaeger would show one trace ID's
+	// spans from both runs together.
+	traceID := map[string]string{"lean": "4bf92f3577b34da6a3ce929d0e0e4736", "sdk": "4bf92f3577b34da6a3ce929d0e0e4737"}[pipeline]
 	if code, err := call(ctx, hc, "PUT", p.base+"/v1/topics/orders/subscriptions/billing", map[string]any{"retryDelays": []string{"0s"}}, nil); err != nil || code != 201 {
 		t.Fatalf("subscription: %d %v", code, err)
 	}

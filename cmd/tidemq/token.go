@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,7 +21,13 @@ func tokenCommand(args []string, stdout, stderr io.Writer) int {
 	actions := fs.String("actions", "publish,subscribe", "comma-separated actions: publish, subscribe, admin")
 	topics := fs.String("topics", "", "comma-separated topic patterns (exact or ending in *); empty means all")
 	groups := fs.String("groups", "", "comma-separated group patterns for subscribe; empty means all")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0 // asked for: the usage is the answer, as with tidemq --help
+	} else if err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tidemq token: unexpected argument %q: it takes only flags\n", fs.Arg(0))
 		return 2
 	}
 	var raw [32]byte

@@ -13,8 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 )
 
-// MeterProvider returns a meter provider whose metrics reg serves. res may
-// be nil (the SDK's default resource).
+// MeterProvider returns a meter provider whose metrics reg serves, without
+// instrumentation scope labels. res may be nil (the SDK's default
+// resource).
 //
 // Exemplars are off unless OTEL_METRICS_EXEMPLAR_FILTER (as getenv reads
 // it) asks for them: the /metrics handler speaks the Prometheus text
@@ -22,7 +23,10 @@ import (
 // counter add and histogram record made in a sampled span's context
 // offered one (2% of a single send's CPU, docs/BENCHMARKS.md).
 func MeterProvider(getenv func(string) string, reg prometheus.Registerer, res *resource.Resource) (*sdkmetric.MeterProvider, error) {
-	exporter, err := promexporter.New(promexporter.WithRegisterer(reg))
+	// No otel_scope_* labels: every instrument's name is unique across the
+	// broker's meters, so the scope names no series apart, and its version
+	// and schema URL labels were empty on every series.
+	exporter, err := promexporter.New(promexporter.WithRegisterer(reg), promexporter.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("prometheus exporter: %w", err)
 	}

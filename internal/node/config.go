@@ -1,0 +1,136 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
+)
+
+// Span pipelines (Config.SpanPipeline).
+const (
+	// SpanPipelineLean exports spans through internal/otlpspans: each span
+	// encoded to OTLP protobuf when it ends, sent over OTLP/HTTP.
+	SpanPipelineLean = "lean"
+	// SpanPipelineSDK exports spans through the stock OpenTelemetry SDK: a
+	// batch span processor and otlptracehttp (or otlptracegrpc).
+	SpanPipelineSDK = "sdk"
+)
+
+// Config is what a broker node is started with: the binary's settings.
+type Config struct {
+	Addr       string // listen address; port 0 picks a free one
+	Data       string // data directory, created if missing
+	AutoCreate bool   // create missing topics on send and subscriptions on pull
+	Fsync      string // "always": a send is answered after its batch is fsynced; "never"
+
+	// The store's performance switches, each on by default; off is the
+	// plain way (for A/B measurement, or where it does not pay).
+	SyncSpin  bool // poll for an fsync's completion while the CPU is idle
+	FsyncRing bool // fsync the WAL through io_uring
+	WALSpares bool // keep pre-allocated WAL files for rotation
+
+	SpanPipeline string // SpanPipelineLean or SpanPipelineSDK
+
+	Tokens          string // tokens file, YAML or JSON; "" serves without authentication
+	Insecure        bool   // allow listening beyond loopback without Tokens
+	MaxMessageBytes int
+	MaxConnections  int // client connections served at once; more wait in the backlog
+	MinFreeBytes    int64
+	ConsumerExpiry  time.Duration
+	ShutdownTimeout time.Duration // how long the binary's SIGTERM waits for in-flight requests
+	JaegerUI        string        // Jaeger UI base URL for trace links in the console
+
+	// Getenv reads the OTEL_* variables of the telemetry (exporter
+	// endpoint, protocol, sampler, batching, service name); nil is
+	// os.Getenv.
+	Getenv func(string) string
+}
+
+// Defaults is the binary's configuration when nothing is set.
+func Defaults() Config {
+	return Config{
+		Addr: "127.0.0.1:8080", Data: "./data", AutoCreate: true, Fsync: "always",
+		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: SpanPipelineLean,
+		MaxMessageBytes: core.DefaultMaxMessageBytes, MaxConnections: 10000, MinFreeBytes: 128 << 20,
+		ConsumerExpiry: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// FromEnv is Defaults overridden by the TIDEMQ_* variables getenv reads.
+// cmd/tidemq uses them as its flags' defaults; the load tester's
+// in-process broker reads them the same way.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := Defaults()
+	str := func(name string, dst *string) {
+		if v := getenv(name); v != "" {
+			*dst = v
+		}
+	}
+	var errs []error
+	boolean := func(name string, dst *bool) {
+		if v := getenv(name); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				return
+			}
+			*dst = b
+		}
+	}
+	str("TIDEMQ_ADDR", &c.Addr)
+	str("TIDEMQ_DATA", &c.Data)
+	boolean("TIDEMQ_AUTO_CREATE", &c.AutoCreate)
+	str("TIDEMQ_FSYNC", &c.Fsync)
+	boolean("TIDEMQ_SYNC_SPIN", &c.SyncSpin)
+	boolean("TIDEMQ_FSYNC_RING", &c.FsyncRing)
+	boolean("TIDEMQ_WAL_SPARES", &c.WALSpares)
+	str("TIDEMQ_SPAN_PIPELINE", &c.SpanPipeline)
+	str("TIDEMQ_TOKENS", &c.Tokens)
+	c.Insecure = getenv("TIDEMQ_INSECURE") == "true"
+	if v := getenv("TIDEMQ_MAX_MESSAGE_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("TIDEMQ_MAX_MESSAGE_BYTES: %w", err))
+		} else {
+			c.MaxMessageBytes = n
+		}
+	}
+	str("TIDEMQ_JAEGER_UI", &c.JaegerUI)
+	return c, errors.Join(errs...)
+}
+
+// Check reports every setting that cannot run, at once.
+func (c Config) Check() error {
+	var problems []error
+	if c.Fsync != "always" && c.Fsync != "never" {
+		problems = append(problems, fmt.Errorf("--fsync must be always or never, not %q", c.Fsync))
+	}
+	if c.SpanPipeline != SpanPipelineLean && c.SpanPipeline != SpanPipelineSDK {
+		problems = append(problems, fmt.Errorf("--span-pipeline must be %s or %s, not %q", SpanPipelineLean, SpanPipelineSDK, c.SpanPipeline))
+	}
+	if c.MaxMessageBytes < 1 || c.MaxMessageBytes > gateway.DefaultMaxRequestBytes {
+		problems = append(problems, fmt.Errorf("--max-message-bytes must be between 1 and %d", gateway.DefaultMaxRequestBytes))
+	}
+	if !c.Insecure && c.Tokens == "" && !Loopback(c.Addr) {
+		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.Addr))
+	}
+	return errors.Join(problems...)
+}
+
+// Loopback reports whether addr listens on loopback only.
+func Loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
