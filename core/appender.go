@@ -163,10 +163,10 @@ func (b *Broker) appendLoop() {
 // binlog_group_commit_sync_delay and _no_delay_count, made adaptive). Each
 // fdatasync costs CPU (~75 µs on the 2-core VM) and blocks a thread that
 // holds one of the Go scheduler's Ps until the runtime takes it back; at
-// 64 single-send producers commits carried ~10 sends each and the broker
-// used 1.5 of 2 cores. Waiting gave +27% single sends at 64 producers
-// and left batch sends unchanged (docs/BENCHMARKS.md); 250 µs or "as many
-// as last time" gained less, 1.5 ms lost. A lone producer, or a trickle,
+// 64 single-send producers commits carry ~10 sends each and the broker
+// would use 1.5 of 2 cores. Waiting gains ~27% single sends at 64 producers
+// and leaves batch sends unchanged (docs/BENCHMARKS.md, with the values
+// tried). A lone producer, or a trickle,
 // never waits: its last commit carried one request.
 const (
 	lingerMinRequests = 8

@@ -219,7 +219,7 @@ func benchPullAck(b *testing.B, opts core.Options) {
 	b.ReportMetric(float64(perPull*b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
-// BenchmarkTimerPathWithPendingDelayed checks issue 3's claim: "1,000,000
+// BenchmarkTimerPathWithPendingDelayed checks the claim "1,000,000
 // pending delayed messages do not slow sends or pulls measurably". One op is
 // a send of one 1 KiB message, a pull of it and its ack, on the topic that
 // holds the pending delayed messages (due in 6 days, spread over 1,000 s).
@@ -272,7 +272,7 @@ func BenchmarkTimerPathWithPendingDelayed(b *testing.B) {
 	}
 }
 
-// BenchmarkQueryByKey checks issue 4's claim: "query by key among 1,000,000
+// BenchmarkQueryByKey checks the claim "query by key among 1,000,000
 // messages answers in milliseconds". The topic holds 1,000,000 messages of
 // 100 bytes, each with its own key k-<i>; one op is QueryMessages by a random
 // existing key (one match). Setup writes without fsync; the block cache is

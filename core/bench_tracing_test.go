@@ -68,8 +68,8 @@ func BenchmarkSendTracingCPU(b *testing.B) {
 }
 
 // BenchmarkPullAckTracing is BenchmarkPullAck with tracing off, through
-// the SDK with our exporter (the binary before session 4), and through
-// internal/otlpspans' provider (the binary now): two spans per message,
+// the stock OTel SDK's provider (--span-pipeline sdk), and through
+// internal/otlpspans' provider (the default, lean): two spans per message,
 // deliver and ack, encoded and POSTed to a loopback collector that
 // discards them. Both queues are large enough that no span is dropped.
 func BenchmarkPullAckTracing(b *testing.B) {

@@ -86,9 +86,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		// index, history, watermarks), so its L0 file overlaps all of Lbase
 		// and an L0 compaction rewrites the whole base level: a small base
 		// level (Pebble's default is 64 MiB) and compacting L0 four files
-		// at a time (we had 2) bound that rewrite: compaction fell from
-		// 36–40% to ~25% of a sustained batch send's CPU, +20% msg/s
-		// (docs/BENCHMARKS.md).
+		// at a time bound that rewrite: compaction is ~25% of a sustained
+		// batch send's CPU instead of 36–40% (docs/BENCHMARKS.md).
 		L0CompactionThreshold: 4,
 		L0StopWritesThreshold: 1000,
 		LBaseMaxBytes:         8 << 20,
@@ -97,10 +96,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	// Message bodies go to blob files at flush, and compactions move only
-	// keys and blob references. Without it every compaction rewrote the
+	// keys and blob references. Otherwise every compaction rewrites the
 	// bodies: the log's keys (in seq order) share each flush's files with
-	// the index keys, so no file could just be moved down a level. That was
-	// a third of a batch send's CPU; see docs/ARCHITECTURE.md.
+	// the index keys, so no file can just be moved down a level, and that
+	// costs a third of a batch send's CPU (docs/ARCHITECTURE.md).
 	po.Experimental.ValueSeparationPolicy = func() pebble.ValueSeparationPolicy {
 		return pebble.ValueSeparationPolicy{
 			Enabled:               true,
@@ -126,9 +125,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	// there, and the store's point reads (a record by seq, a parked record
 	// by id, metadata at open) find what they look for; pulls, queries and
 	// retention use bounded iterators, which filters do not serve. Building
-	// them hashed every key at every flush and compaction: without them a
-	// batch send went from 155k to 166k msg/s (three A/B pairs,
-	// docs/BENCHMARKS.md).
+	// them hashes every key at every flush and compaction, for ~7% of a
+	// batch send's rate (docs/BENCHMARKS.md).
 	for i := range po.Levels {
 		// Blob files take their block size from the level's (flushes write
 		// them at L0). At Pebble's 4 KiB a pull of 256 KiB of bodies read

@@ -65,7 +65,7 @@ type backlogSuite struct {
 	peakRSS int64 // the largest VmHWM or VmRSS read
 }
 
-// Memory and restart targets of the issue.
+// Memory and restart targets of the backlog suite (docs/BENCHMARKS.md).
 const (
 	rssLimit     = 1 << 30
 	restartLimit = 10 * time.Second

@@ -49,8 +49,8 @@ type pebbleResult struct {
 // run writes values of MessageBytes random letters (the broker's bodies are
 // the same) under 9-byte sequential keys ('L' + writer + seq, the shape of
 // the store's log keys), Batch per pebble.Batch, committed with
-// pebble.Sync by Writers goroutines. Pebble gets the options pebblestore
-// opens it with (format, memtable, L0 thresholds, compactions).
+// pebble.Sync by Writers goroutines, on Pebble's options for a write-heavy
+// store (below), not pebblestore's own.
 func (p pebbleBaseline) run(ctx context.Context) (res pebbleResult, err error) {
 	dir, err := os.MkdirTemp(p.BaseDir, "tidemq-load-pebble-")
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// The targets are measured with tracing on: every message's spans
+// The targets are measured with tracing on: every message's spans
 // made, batched and exported over OTLP, as a broker with
 // OTEL_EXPORTER_OTLP_ENDPOINT set does. The brokers this command starts
 // export to otlpSink, a stand-in collector on loopback that reads each

@@ -21,7 +21,7 @@ import (
 	"github.com/tidemq/tidemq/loadtest"
 )
 
-// The target suite (issue 10): every throughput target is a ratio of the
+// The target suite: every throughput target is a ratio of the
 // broker to a baseline measured in the same run, on the same machine and
 // disk, with the same client; each baseline runs right before the broker
 // phase it is compared with, so that a change of load on a shared machine
