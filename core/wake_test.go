@@ -323,3 +323,51 @@ func TestLongPollWakesWhenLeaseSlotFrees(t *testing.T) {
 		})
 	}
 }
+
+// The wake-up timer firing with nothing ready (the lease it was armed for
+// was acked) leaves the parked pull waiting out its wait.
+func TestLongPollWakeWithNothingReadyKeepsWaiting(t *testing.T) {
+	for _, m := range wakeModes() {
+		t.Run(m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWakeEnv(t, m, 2, core.Options{})
+				w.send("m")
+				d := w.pullOne(3 * time.Second)
+				ch := pullAsync(t.Context(), w.b, "orders", "g", core.PullRequest{Wait: wakeWait, ConsumerID: "c1"})
+				time.Sleep(wakeParked)
+				synctest.Wait()
+				w.ackAll("orders", "g", []core.Delivered{d})
+				r := <-ch
+				if r.err != nil || len(r.got) != 0 || r.elapsed != wakeWait {
+					t.Errorf("parked pull = %d messages, %v, after %v; want none after its whole %v wait", len(r.got), r.err, r.elapsed, wakeWait)
+				}
+			})
+		})
+	}
+}
+
+// Deleting a subscription and closing the broker disarm the wake-up timers.
+func TestWakeTimerStopsWithSubscriptionAndBroker(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.putTopic("orders", 1)
+	e.subscribe("orders", "deleted", core.SubscriptionConfig{})
+	e.subscribe("orders", "closed", core.SubscriptionConfig{})
+	e.send("orders", "m")
+	probes := map[string]func() (bool, bool){}
+	for _, g := range []string{"deleted", "closed"} {
+		probes[g] = core.WakeTimerOf(e.b, "orders", g)
+		if got := e.pull("orders", g, core.PullRequest{Invisible: time.Hour}); len(got) != 1 {
+			t.Fatalf("pull from %s got %d messages", g, len(got))
+		}
+	}
+	if err := e.b.DeleteSubscription(t.Context(), "orders", "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if armed, pending := probes["deleted"](); armed || pending {
+		t.Errorf("deleted subscription: timer armed %t, pending %t; want neither", armed, pending)
+	}
+	e.close()
+	if armed, pending := probes["closed"](); armed || pending {
+		t.Errorf("after Close: timer armed %t, pending %t; want neither", armed, pending)
+	}
+}
