@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -120,25 +121,13 @@ func (w *wakeEnv) parkThen(act func() time.Duration, want ...string) []core.Deli
 	if r.err != nil {
 		w.t.Fatalf("parked pull: %v", r.err)
 	}
-	if got := bodies(r.got); !equalStrings(got, want) {
+	if got := bodies(r.got); !slices.Equal(got, want) {
 		w.t.Errorf("parked pull got %v after %v, want %v", got, r.elapsed, want)
 	}
 	if r.elapsed < readyAt || r.elapsed >= readyAt+time.Second {
 		w.t.Errorf("parked pull answered after %v; the message was ready after %v (the wait was %v)", r.elapsed, readyAt, wakeWait)
 	}
 	return r.got
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // A nack's delay ending: on clustering and broadcast subscriptions the timer
@@ -216,11 +205,14 @@ func TestLongPollWakesWhenLeaseRunsOut(t *testing.T) {
 // next one.
 func TestLongPollWakesWhenOrderlyKeySuspensionEnds(t *testing.T) {
 	m := wakeModes()[1]
+	if !m.cfg.Orderly {
+		t.Fatalf("mode %s is not orderly", m.name)
+	}
 	synctest.Test(t, func(t *testing.T) {
 		w := newWakeEnv(t, m, 2, core.Options{})
 		w.send("m1", "m2")
 		first := w.pullNow(10, 0)
-		if got := bodies(first); !equalStrings(got, []string{"m1"}) {
+		if got := bodies(first); !slices.Equal(got, []string{"m1"}) {
 			t.Fatalf("first pull got %v, want [m1] alone (m2 waits for its key)", got)
 		}
 		again := w.parkThen(func() time.Duration {
