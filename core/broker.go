@@ -333,6 +333,7 @@ func (b *Broker) Close() error {
 	close(b.closing)
 	b.closeMu.Unlock()
 	b.wg.Wait()
+	b.stopWakeTimers()
 	if b.tel.registered != nil {
 		return b.tel.registered.Unregister()
 	}

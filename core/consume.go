@@ -105,7 +105,7 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 	}()
 	for {
 		ready := s.notify.Load()
-		got, nextDeadline, more, err := s.lease(c, req)
+		got, more, err := s.lease(c, req)
 		if err != nil {
 			return nil, err
 		}
@@ -126,10 +126,10 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 		if !now.Before(deadline) || b.pollingStopped() {
 			return nil, nil
 		}
+		// Whatever makes a message ready while this pull waits closes
+		// ready: a send, a release, a retry's timer, and the
+		// subscription's wake-up timer at the next lease or suspension end.
 		wait := deadline.Sub(now)
-		if nextDeadline > 0 {
-			wait = min(wait, time.Duration(nextDeadline-now.UnixMilli()+1)*time.Millisecond)
-		}
 		if b.tel.longPolls.Add(1) > b.opts.MaxParkedPulls {
 			b.tel.longPolls.Add(-1)
 			return nil, fmt.Errorf("%w: %d long polls are already waiting", ErrTooManyRequests, b.opts.MaxParkedPulls)
@@ -155,9 +155,8 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 
 // lease takes up to req.MaxMessages deliveries from a cursor: those ready
 // to go out again first, then new ones round-robin over the queues. It
-// returns the earliest lease or suspension deadline still pending (0 if
-// none), so a parked pull can wake when one runs out.
-func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool, error) {
+// reports whether a scan stopped at its bound with entries left.
+func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, bool, error) {
 	b := s.b
 	b.mu.RLock()
 	queues := s.topic.queues
@@ -166,7 +165,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool,
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.deleted {
-		return nil, 0, false, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.group)
+		return nil, false, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.group)
 	}
 	w := &leaseWork{
 		max: req.MaxMessages, deadline: dueAfter(now, req.Invisible), nowMs: now.UnixMilli(), now: now,
@@ -179,6 +178,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool,
 		s.consumers[req.ConsumerID] = seen
 	}
 	seen.lastSeen = now.UTC()
+	defer s.noteLocked(c) // expired leases and new ones change what the waiters wait for
 	s.expireLocked(c, w)
 	var out []leased
 	for len(c.released) > 0 && len(out) < w.max {
@@ -193,7 +193,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool,
 		qi := (c.rr + i) % n
 		var err error
 		if out, err = c.scan(s, w, queues[qi], c.queues[qi], out); err != nil {
-			return out, 0, false, err
+			return out, false, err
 		}
 	}
 	if n > 0 {
@@ -205,11 +205,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, int64, bool,
 		}
 	}
 	s.persistSkippedLocked(c)
-	var next int64
-	if len(c.leases) > 0 {
-		next = c.leases[0].deadline
-	}
-	return out, next, w.more, nil
+	return out, w.more, nil
 }
 
 // persistSkippedLocked writes watermarks that moved without an ack (past
@@ -376,8 +372,8 @@ func (s *subscription) releaseLeases(c *cursor, ls []leased) {
 	for _, l := range ls {
 		c.release(l)
 	}
+	s.noteLocked(c)
 	s.mu.Unlock()
-	s.wake()
 }
 
 // HandleResult is the outcome for one receipt handle: nil or one of
@@ -395,15 +391,18 @@ func (b *Broker) Release(topicName, group string, handles []string) {
 		return
 	}
 	s.mu.Lock()
+	var touched []*cursor
 	for _, h := range handles {
 		if r, ok := parseReceipt(h); ok {
-			if c := s.byID[r.subID]; c != nil {
-				c.release(leased{queue: r.queueID, offset: r.offset, leaseID: r.leaseID})
+			if c := s.byID[r.subID]; c != nil && c.release(leased{queue: r.queueID, offset: r.offset, leaseID: r.leaseID}) && !slices.Contains(touched, c) {
+				touched = append(touched, c)
 			}
 		}
 	}
+	for _, c := range touched {
+		s.noteLocked(c)
+	}
 	s.mu.Unlock()
-	s.wake()
 }
 
 var (

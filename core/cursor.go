@@ -22,8 +22,11 @@ type cursor struct {
 	nRetry     int64 // parked retries: waiting, ready or leased
 	// retryOf finds the live retry of a queue position, so a handle of the
 	// delivery that was nacked is told apart from one that was acked.
-	retryOf  map[dkey]*delivery
-	promoted int // orderly messages made ready by done, not yet announced
+	retryOf map[dkey]*delivery
+	// readyNow notes that a change under the lock made a delivery ready
+	// (or freed a lease slot a scan stopped at); the subscription's
+	// noteLocked turns it into a wake-up of the parked pulls.
+	readyNow bool
 }
 
 // retryQueue is the queue id of deliveries of parked retries; their offset
@@ -76,6 +79,9 @@ type subQueue struct {
 	// durableAcks are acks above the persisted watermark that are on disk.
 	durableAcks map[uint64]bool
 	persistedWM uint64
+	// capped is set when a scan stopped at the lease cap: the next done
+	// makes room for a message the parked pulls may take.
+	capped bool
 	// keys holds, for orderly subscriptions, every sharding key with an
 	// outstanding message: its one head delivery and the later messages
 	// of the key the cursor passed while the head was out.
@@ -166,7 +172,11 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		c.advance(sq)
 	}
 	visible := q.next.Load()
-	if sq.next >= visible || sq.nOut >= w.maxLeases {
+	if sq.next >= visible {
+		return out, nil
+	}
+	if sq.nOut >= w.maxLeases {
+		sq.capped = true
 		return out, nil
 	}
 	want := w.max - len(out)
@@ -204,6 +214,9 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		out = c.take(s, w, d, out)
 		return len(out) < w.max && sq.nOut < w.maxLeases
 	})
+	if sq.nOut >= w.maxLeases {
+		sq.capped = true
+	}
 	// Offsets the filter skipped or that were acked already count as done.
 	c.advance(sq)
 	return out, err
@@ -238,8 +251,7 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 		d := heap.Pop(&c.leases).(*delivery)
 		if d.suspended {
 			d.suspended = false
-			d.ready = true
-			c.released = append(c.released, d)
+			c.makeReady(d)
 			continue
 		}
 		d.leased = false
@@ -250,11 +262,18 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 		case w.orderly && !d.isRetry():
 			c.suspend(d, dueAfter(w.now, retryDelay(w.delays, d.attempt)))
 		default:
-			d.ready = true
-			c.released = append(c.released, d)
+			c.makeReady(d)
 		}
 	}
 	return expired, dead
+}
+
+// makeReady queues a delivery to go out again and notes it for the
+// parked pulls.
+func (c *cursor) makeReady(d *delivery) {
+	d.ready = true
+	c.released = append(c.released, d)
+	c.readyNow = true
 }
 
 // suspend holds an orderly delivery (and so its key) until untilMs.
@@ -270,8 +289,8 @@ func (c *cursor) suspend(d *delivery, untilMs int64) {
 }
 
 // done removes an outstanding delivery; for an orderly queue the next
-// message of its key becomes ready (and promoted counts it, so the caller
-// wakes parked pulls).
+// message of its key becomes ready. Both that and a freed lease slot are
+// noted for the parked pulls.
 func (c *cursor) done(d *delivery) {
 	if d.heapIndex >= 0 {
 		heap.Remove(&c.leases, d.heapIndex)
@@ -288,6 +307,10 @@ func (c *cursor) done(d *delivery) {
 	sq := c.queues[d.queue]
 	sq.out.clear(d.offset)
 	sq.nOut--
+	if sq.capped {
+		sq.capped = false
+		c.readyNow = true
+	}
 	if ks := sq.keys[d.keyHash]; ks != nil && ks.head == d {
 		if len(ks.waiting) == 0 {
 			delete(sq.keys, d.keyHash)
@@ -296,11 +319,9 @@ func (c *cursor) done(d *delivery) {
 		e := ks.waiting[0]
 		ks.waiting = ks.waiting[1:]
 		nd := newQueueDelivery(sq.id, e)
-		nd.ready = true
 		c.deliveries[dkey{sq.id, e.Offset}] = nd
 		ks.head = nd
-		c.released = append(c.released, nd)
-		c.promoted++
+		c.makeReady(nd)
 	}
 }
 
@@ -316,6 +337,7 @@ func (c *cursor) release(l leased) bool {
 	d.attempt--
 	d.ready = true
 	c.released = append([]*delivery{d}, c.released...)
+	c.readyNow = true
 	return true
 }
 

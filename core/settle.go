@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,16 +118,7 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 			reqs = append(reqs, req)
 		}
 	}
-	wake := false
-	for c := range byCursor {
-		if c.promoted > 0 {
-			c.promoted, wake = 0, true
-		}
-	}
 	s.mu.Unlock()
-	if wake {
-		s.wake() // the next messages of orderly keys are ready
-	}
 	for _, req := range reqs {
 		if err := <-req.done; err != nil {
 			return 0, nil, err
@@ -276,6 +268,8 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			}
 		}
 	}
+	// The next messages of orderly keys, freed lease slots, suspensions.
+	s.noteLocked(c)
 	var after func()
 	if firstDue > 0 {
 		after = func() { b.timerCommitted(firstDue) }
@@ -323,6 +317,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	defer s.mu.Unlock()
 	n := 0
 	var failed []HandleResult
+	var touched []*cursor
 	for _, h := range handles {
 		c, d, err := s.lookupLocked(queues, h)
 		if errors.Is(err, errAlreadyDone) || errors.Is(err, errPreRestart) {
@@ -342,7 +337,14 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 			d.ready, d.leased = false, true
 			heapPush(&c.leases, d)
 		}
+		if !slices.Contains(touched, c) {
+			touched = append(touched, c)
+		}
 		n++
+	}
+	// A lease made shorter ends sooner than the waiters know.
+	for _, c := range touched {
+		s.noteLocked(c)
 	}
 	return n, failed, nil
 }

@@ -59,6 +59,11 @@ type subscription struct {
 	// notify is closed and replaced whenever new messages may be ready.
 	// Waiters load it before looking for messages, so no wake-up is missed.
 	notify atomic.Pointer[chan struct{}]
+	// wakeTimer wakes the waiters at wakeAtMs (0: not armed), the earliest
+	// lease or suspension end of any cursor known when it was armed: the
+	// time a delivery becomes ready again without anyone acting.
+	wakeTimer *time.Timer
+	wakeAtMs  int64
 }
 
 type consumerSeen struct {
@@ -113,9 +118,76 @@ func (s *subscription) wake() {
 	close(*old)
 }
 
+// noteLocked passes on to the parked pulls what changes to c under the
+// lock mean for them: a delivery ready now wakes them, and the earliest
+// deadline of c's leases and suspensions arms the wake-up timer. Every
+// change to a cursor's deliveries ends with it. Caller holds s.mu.
+func (s *subscription) noteLocked(c *cursor) {
+	if c.readyNow {
+		c.readyNow = false
+		s.wake()
+	}
+	if len(c.leases) > 0 {
+		s.wakeAtLocked(c.leases[0].deadline)
+	}
+}
+
+// wakeAtLocked arms the wake-up timer for atMs unless it is armed for that
+// time or sooner (the pulls woken then arm it again for what is left).
+// Caller holds s.mu.
+func (s *subscription) wakeAtLocked(atMs int64) {
+	if s.deleted || s.b.closed.Load() || (s.wakeAtMs != 0 && s.wakeAtMs <= atMs) {
+		return
+	}
+	s.wakeAtMs = atMs
+	// One millisecond more: a deadline is over once the clock's
+	// millisecond has reached it.
+	d := time.Duration(atMs-s.b.now().UnixMilli()+1) * time.Millisecond
+	if s.wakeTimer == nil {
+		s.wakeTimer = time.AfterFunc(d, s.wakeTimerFired)
+	} else {
+		s.wakeTimer.Reset(d)
+	}
+}
+
+func (s *subscription) wakeTimerFired() {
+	s.mu.Lock()
+	s.wakeAtMs = 0
+	s.mu.Unlock()
+	s.wake()
+}
+
+// stopWakeTimerLocked disarms the wake-up timer for good (the subscription
+// is deleted or the broker closed). Caller holds s.mu.
+func (s *subscription) stopWakeTimerLocked() {
+	if s.wakeTimer != nil {
+		s.wakeTimer.Stop()
+	}
+	s.wakeAtMs = 0
+}
+
+// stopWakeTimers disarms every subscription's wake-up timer, once the
+// broker is closed (no timer is armed after that).
+func (b *Broker) stopWakeTimers() {
+	b.mu.RLock()
+	var subs []*subscription
+	for _, t := range b.topics {
+		for _, s := range t.subs {
+			subs = append(subs, s)
+		}
+	}
+	b.mu.RUnlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		s.stopWakeTimerLocked()
+		s.mu.Unlock()
+	}
+}
+
 func (s *subscription) markDeleted() {
 	s.mu.Lock()
 	s.deleted = true
+	s.stopWakeTimerLocked()
 	s.mu.Unlock()
 	s.wake()
 }

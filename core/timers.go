@@ -204,13 +204,10 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 		return
 	}
 	s.mu.Lock()
-	fired := false
 	if c := s.byID[p.SubID]; c != nil {
 		d := c.deliveries[dkey{retryQueue, id}]
-		fired = d != nil && !d.leased && !d.ready && d.dueMs == due
-		if fired {
-			d.ready = true
-			c.released = append(c.released, d)
+		if d != nil && !d.leased && !d.ready && d.dueMs == due {
+			c.makeReady(d)
 			if !d.trace.IsValid() {
 				d.trace = parseTraceparent(p.Msg.Traceparent)
 				d.msgID = strings.Clone(p.Msg.ID)
@@ -218,12 +215,10 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 			if b.tel.tracing {
 				b.tel.event(d.trace, SpanRetry, b.now(), append(s.settleAttrs(d), attribute.String("tidemq.reason", p.Reason))...)
 			}
+			s.noteLocked(c)
 		}
 	}
 	s.mu.Unlock()
-	if fired {
-		s.wake()
-	}
 }
 
 // appendDelayed appends due delayed messages to their queues and deletes
