@@ -19,6 +19,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/internal/wire"
 )
 
 // The hot routes decode their bodies without kin-openapi (decode.go). These
@@ -339,7 +340,7 @@ func TestPulledJSONMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := appendPulled(nil, d)
+		got := wire.AppendPulled(nil, d)
 		var w, g any
 		if err := json.Unmarshal(want, &w); err != nil {
 			t.Fatal(err)
@@ -427,8 +428,8 @@ func TestJSONPlain(t *testing.T) {
 					b[pos] = byte(c)
 				}
 				want := n == 0 || plainByte(byte(c))
-				if got := jsonPlain(b); got != want {
-					t.Fatalf("jsonPlain(%q) = %v, want %v", b, got, want)
+				if got := wire.Plain(b); got != want {
+					t.Fatalf("wire.Plain(%q) = %v, want %v", b, got, want)
 				}
 				if want {
 					quoted, err := jsontext.AppendQuote(nil, b)
@@ -445,14 +446,14 @@ func TestJSONPlain(t *testing.T) {
 		for _, c := range []byte(b) {
 			want = want && plainByte(c)
 		}
-		if got := jsonPlain([]byte(b)); got != want {
-			t.Errorf("jsonPlain(%q) = %v, want %v", b, got, want)
+		if got := wire.Plain([]byte(b)); got != want {
+			t.Errorf("wire.Plain(%q) = %v, want %v", b, got, want)
 		}
 	}
 }
 
 // TestAppendTime compares the hand-written RFC 3339 writer with
-// AppendFormat(timeLayout) at the edges of its fast path (years 0 and
+// AppendFormat(wire.TimeLayout) at the edges of its fast path (years 0 and
 // 9999, every field's carry), beyond it, and at random instants, in UTC
 // and in another zone.
 func TestAppendTime(t *testing.T) {
@@ -460,9 +461,9 @@ func TestAppendTime(t *testing.T) {
 	check := func(tm time.Time) {
 		t.Helper()
 		for _, in := range []time.Time{tm, tm.In(zone)} {
-			want := in.UTC().AppendFormat(nil, timeLayout)
-			if got := appendTime([]byte("x"), in); string(got) != "x"+string(want) {
-				t.Fatalf("appendTime(%v) = %q, want x%q", in, got, want)
+			want := in.UTC().AppendFormat(nil, wire.TimeLayout)
+			if got := wire.AppendTime([]byte("x"), in); string(got) != "x"+string(want) {
+				t.Fatalf("wire.AppendTime(%v) = %q, want x%q", in, got, want)
 			}
 		}
 	}
@@ -486,12 +487,12 @@ func BenchmarkAppendTime(b *testing.B) {
 	buf := make([]byte, 0, 64)
 	b.Run("appendTime", func(b *testing.B) {
 		for b.Loop() {
-			buf = appendTime(buf[:0], tm)
+			buf = wire.AppendTime(buf[:0], tm)
 		}
 	})
 	b.Run("AppendFormat", func(b *testing.B) {
 		for b.Loop() {
-			buf = tm.UTC().AppendFormat(buf[:0], timeLayout)
+			buf = tm.UTC().AppendFormat(buf[:0], wire.TimeLayout)
 		}
 	})
 }
@@ -500,7 +501,7 @@ func BenchmarkJSONPlain(b *testing.B) {
 	body := bytes.Repeat([]byte("tidemq-body-0123456789/ABCDEFGHIJKLMNOPQRSTUVWXYZ+abcdefghijklmnopqrstuvwxyz "), 14)[:1024]
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if !jsonPlain(body) {
+		if !wire.Plain(body) {
 			b.Fatal("a plain body judged not plain")
 		}
 	}
