@@ -82,6 +82,10 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The hot-body decoders read their limits from the same document.
+	if _, err := specLimits(); err != nil {
+		return nil, err
+	}
 	oaRouter, err := legacy.NewRouter(doc)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: openapi router: %w", err)
@@ -150,8 +154,10 @@ func newGzipWrapper() (func(http.Handler) http.HandlerFunc, error) {
 
 // LoadSpec parses the embedded openapi.yaml. Servers are dropped so that
 // routing matches on paths alone, whatever host the server listens on.
-func LoadSpec() (*openapi3.T, error) {
-	doc, err := openapi3.NewLoader().LoadFromData(tidemq.OpenAPI)
+func LoadSpec() (*openapi3.T, error) { return loadSpec(tidemq.OpenAPI) }
+
+func loadSpec(data []byte) (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(data)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: load openapi.yaml: %w", err)
 	}
