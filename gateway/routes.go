@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -20,6 +21,8 @@ func (s *Server) routes() *chi.Mux {
 		writeProblem(w, problemOf(problemKind{404, "not_found", "Not found"}, "no such path: "+r.URL.Path))
 	})
 	m.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		// RFC 9110 §15.5.6: a 405 lists the methods the path does serve.
+		w.Header().Set("Allow", strings.Join(s.allowedMethods(r), ", "))
 		writeProblem(w, problemOf(problemKind{405, "method_not_allowed", "Method not allowed"}, r.Method+" is not served on "+r.URL.Path))
 	})
 	m.Get("/healthz", s.healthz)
@@ -58,6 +61,26 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(ActionAdmin, s.listDeadLetters))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(ActionAdmin, s.redrive))
 	return m
+}
+
+// routeMethods are the methods the API's routes use, in the order Allow
+// lists them.
+var routeMethods = []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete}
+
+// allowedMethods are the methods the router serves on r's path (chi keeps
+// the ones it found to itself when a custom 405 handler is set).
+func (s *Server) allowedMethods(r *http.Request) []string {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var out []string
+	for _, m := range routeMethods {
+		if s.mux.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // api wraps a handler: path names checked, body read (decompressed and
