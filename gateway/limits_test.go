@@ -31,7 +31,10 @@ func TestBodyLimitsFollowTheSpec(t *testing.T) {
 	}{
 		{"keys maxItems", func(d *openapi3.T) { prop(d, "SendMessage", "keys").MaxItems = u(2) }, send,
 			[]string{`{"body":"","keys":["a","b"]}`}, []string{`{"body":"","keys":["a","b","c"]}`}},
-		{"key length", func(d *openapi3.T) { k := prop(d, "SendMessage", "keys").Items.Value; k.MinLength, k.MaxLength = 2, u(3) }, send,
+		{"key length", func(d *openapi3.T) {
+			k := prop(d, "SendMessage", "keys").Items.Value
+			k.MinLength, k.MaxLength = 2, u(3)
+		}, send,
 			[]string{`{"body":"","keys":["ab","abc"]}`}, []string{`{"body":"","keys":["a"]}`, `{"body":"","keys":["abcd"]}`}},
 		{"shardingKey maxLength", func(d *openapi3.T) { prop(d, "SendMessage", "shardingKey").MaxLength = u(3) }, send,
 			[]string{`{"body":"","shardingKey":"abc"}`}, []string{`{"body":"","shardingKey":"abcd"}`}},
