@@ -105,7 +105,7 @@ func New(b *core.Broker, opts Options) (*Server, error) {
 		return nil, err
 	}
 	if s.hotOps, err = hotOperations(doc,
-		"POST /v1/topics/{topic}/messages", "POST /v1/topics/{topic}/messages:batch",
+		"POST /v1/topics/{topic}/messages", "POST /v1/topics/{topic}/messages:raw", "POST /v1/topics/{topic}/messages:batch",
 		"POST /v1/topics/{topic}/subscriptions/{group}/pull", "POST /v1/topics/{topic}/subscriptions/{group}/ack"); err != nil {
 		return nil, err
 	}
