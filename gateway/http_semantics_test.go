@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -152,5 +153,26 @@ func TestOpenOperationsAreDocumentedOpen(t *testing.T) {
 	}
 	if open < 6 { // healthz, readyz, openapi.yaml, docs, console, console/*
 		t.Errorf("only %d operations answered without a token", open)
+	}
+}
+
+// A subscription's alerts block names every threshold, null when unset,
+// as the spec requires (the client checks the reply against openapi.yaml).
+func TestSubscriptionAlertsReplyNamesEveryField(t *testing.T) {
+	t.Parallel()
+	c := startServer(t, serverConfig{}).client(t)
+	c.createTopic("alerted", 1)
+	r := c.do("PUT", subPath("alerted", "g"), map[string]any{"alerts": map[string]any{"maxLag": 5}})
+	wantStatus(t, r, http.StatusCreated)
+	var sub struct {
+		Alerts map[string]any `json:"alerts"`
+	}
+	if err := json.Unmarshal(r.body, &sub); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]any{"maxLag": 5.0, "maxDlq": nil, "webhookUrl": nil} {
+		if got, ok := sub.Alerts[name]; !ok || got != want {
+			t.Errorf("alerts.%s = %v (present %v), want %v", name, got, ok, want)
+		}
 	}
 }
