@@ -12,6 +12,7 @@ import (
 //
 //	cmd/tidemq ──► gateway ──► core ◄── pebblestore
 //	sdk ──► net/http (never server code); loadtest ──► sdk
+//	webhook ──► core, internal/wire ◄── gateway
 //
 // Each rule names the packages it covers (a go list pattern) and the import
 // paths none of them may depend on, directly or not.
@@ -32,6 +33,10 @@ var archRules = []struct {
 		"the load tester measures what users get, through the SDK"},
 	{"./pebblestore/...", []string{module + "/gateway"},
 		"pebblestore implements core.Store and knows no HTTP layer"},
+	{"./webhook/...", []string{module + "/gateway"},
+		"the pusher drives core directly; the pulled-message JSON it posts is internal/wire's"},
+	{"./internal/wire/...", []string{module + "/gateway", "net/http"},
+		"wire writes JSON documents and serves no HTTP"},
 }
 
 func TestPackageDependencies(t *testing.T) {

@@ -1,22 +1,17 @@
 package gateway
 
 import (
-	"cmp"
 	"encoding/base64"
-	"encoding/binary"
 	"slices"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
-	"github.com/go-json-experiment/json/jsontext"
-
 	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/internal/wire"
 )
 
 // Wire types: the JSON of openapi.yaml, kept apart from core's types.
-
-const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Time formats as RFC 3339 with milliseconds in UTC, as SPEC requires.
 type Time time.Time
@@ -24,39 +19,8 @@ type Time time.Time
 func (t Time) MarshalJSON() ([]byte, error) {
 	b := make([]byte, 0, 26)
 	b = append(b, '"')
-	b = appendTime(b, time.Time(t))
+	b = wire.AppendTime(b, time.Time(t))
 	return append(b, '"'), nil
-}
-
-// appendTime appends t as AppendFormat(timeLayout) does in UTC, without
-// reading the layout: every pulled message carries two times and every
-// send result one, and the layout's parse was ~2% of a pull's CPU. Years
-// outside 0–9999 (which the layout writes in other widths) take the slow
-// path.
-func appendTime(dst []byte, t time.Time) []byte {
-	t = t.UTC()
-	year, month, day := t.Date()
-	if year < 0 || year > 9999 {
-		return t.AppendFormat(dst, timeLayout)
-	}
-	hour, minute, sec := t.Clock()
-	ms := t.Nanosecond() / 1e6
-	two := func(v int) { dst = append(dst, byte('0'+v/10), byte('0'+v%10)) }
-	two(year / 100)
-	two(year % 100)
-	dst = append(dst, '-')
-	two(int(month))
-	dst = append(dst, '-')
-	two(day)
-	dst = append(dst, 'T')
-	two(hour)
-	dst = append(dst, ':')
-	two(minute)
-	dst = append(dst, ':')
-	two(sec)
-	dst = append(dst, '.', byte('0'+ms/100))
-	two(ms % 100)
-	return append(dst, 'Z')
 }
 
 func msTime(ms int64) Time { return Time(time.UnixMilli(ms)) }
@@ -124,7 +88,7 @@ func appendSendResult(dst []byte, r core.SendResult) []byte {
 		dst = strconv.AppendUint(dst, r.Offset, 10)
 	}
 	dst = append(dst, `,"storedAt":"`...)
-	dst = appendTime(dst, r.StoredAt)
+	dst = wire.AppendTime(dst, r.StoredAt)
 	dst = append(dst, `","duplicate":`...)
 	dst = strconv.AppendBool(dst, r.Duplicate)
 	return append(dst, '}')
@@ -313,135 +277,6 @@ type failedHandle struct {
 	Code          string `json:"code"`
 }
 
-// PulledMessageJSON is the JSON of one delivered message, exactly as a pull
-// returns it; push deliveries POST the same document.
-func PulledMessageJSON(d core.Delivered) ([]byte, error) {
-	return appendPulled(nil, d), nil
-}
-
-// jsonPlain reports whether b goes into a JSON string as it is: ASCII
-// with no control character, quote or backslash. Most bodies are (JSON
-// text, identifiers, base64 made by clients), and copying them beat
-// jsontext.AppendQuote's byte-by-byte check and escape (~1 µs per 1 KiB
-// body, a tenth of a pull's CPU). Eight bytes at a time: a word has such a
-// byte iff it has a high bit set, a byte below 0x20, or a zero byte after
-// XOR with '"' or '\\' repeated (the has-less and has-zero bit tricks are
-// exact about whether any byte qualifies, not about which).
-func jsonPlain(b []byte) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	hasZero := func(x uint64) uint64 { return (x - ones) & ^x & highs }
-	bad := func(x uint64) uint64 {
-		return x | ((x - ones*0x20) & ^x) | hasZero(x^(ones*'"')) | hasZero(x^(ones*'\\'))
-	}
-	// Four independent words per branch: the CPU overlaps their arithmetic.
-	for len(b) >= 32 {
-		if (bad(binary.LittleEndian.Uint64(b))|bad(binary.LittleEndian.Uint64(b[8:]))|
-			bad(binary.LittleEndian.Uint64(b[16:]))|bad(binary.LittleEndian.Uint64(b[24:])))&highs != 0 {
-			return false
-		}
-		b = b[32:]
-	}
-	for len(b) >= 8 {
-		if bad(binary.LittleEndian.Uint64(b))&highs != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c < 0x20 || c >= 0x80 || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
-}
-
-// appendPulled writes a delivered message as encoding/json wrote messageJSON (fields in the
-// same order, empty ones left out the same way, property names sorted) but
-// without reflection or a string copy of the body: a pull of 256 1 KiB
-// messages spent as much CPU in encoding/json as in reading them from
-// Pebble. TestPulledJSONMatchesEncodingJSON holds the two together.
-func appendPulled(dst []byte, d core.Delivered) []byte {
-	m := d.Message
-	str := func(name, v string) {
-		dst = append(dst, name...)
-		dst, _ = jsontext.AppendQuote(dst, v)
-	}
-	str(`{"messageId":`, m.ID)
-	str(`,"topic":`, d.Topic)
-	dst = append(dst, `,"queueId":`...)
-	dst = strconv.AppendUint(dst, uint64(m.QueueID), 10)
-	dst = append(dst, `,"offset":`...)
-	dst = strconv.AppendUint(dst, m.Offset, 10)
-	dst = append(dst, `,"body":`...)
-	switch {
-	case !m.BodyBase64 && jsonPlain(m.Body):
-		dst = append(dst, '"')
-		dst = append(dst, m.Body...)
-		dst = append(dst, `","bodyEncoding":"utf8"`...)
-	case m.BodyBase64 || !utf8.Valid(m.Body):
-		dst = append(dst, '"')
-		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
-		dst = append(dst, `","bodyEncoding":"base64"`...)
-	default:
-		dst, _ = jsontext.AppendQuote(dst, m.Body)
-		dst = append(dst, `,"bodyEncoding":"utf8"`...)
-	}
-	if m.Tag != "" {
-		str(`,"tag":`, m.Tag)
-	}
-	if len(m.Keys) > 0 {
-		dst = append(dst, `,"keys":[`...)
-		for i, k := range m.Keys {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, _ = jsontext.AppendQuote(dst, k)
-		}
-		dst = append(dst, ']')
-	}
-	if len(m.Properties) > 0 {
-		dst = append(dst, `,"properties":{`...)
-		// Sorted, as encoding/json writes maps; on the stack for a few keys.
-		var buf [8]string
-		names := buf[:0]
-		for k := range m.Properties {
-			names = append(names, k)
-		}
-		slices.Sort(names)
-		for i, k := range names {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst, _ = jsontext.AppendQuote(dst, k)
-			dst = append(dst, ':')
-			dst, _ = jsontext.AppendQuote(dst, m.Properties[k])
-		}
-		dst = append(dst, '}')
-	}
-	if m.ShardingKey != "" {
-		str(`,"shardingKey":`, m.ShardingKey)
-	}
-	dst = append(dst, `,"bornAt":"`...)
-	dst = appendTime(dst, time.UnixMilli(m.BornAtMs))
-	dst = append(dst, `","storedAt":"`...)
-	dst = appendTime(dst, time.UnixMilli(m.StoredAtMs))
-	dst = append(dst, '"')
-	if m.ProducerGroup != "" {
-		str(`,"producerGroup":`, m.ProducerGroup)
-	}
-	if d.Attempt != 0 {
-		dst = append(dst, `,"deliveryAttempt":`...)
-		dst = strconv.AppendInt(dst, int64(d.Attempt), 10)
-	}
-	if d.ReceiptHandle != "" {
-		str(`,"receiptHandle":`, d.ReceiptHandle)
-	}
-	if tp := cmp.Or(d.Traceparent, m.Traceparent); tp != "" {
-		str(`,"traceparent":`, tp)
-	}
-	return append(dst, '}')
-}
-
 // pullReplyJSON appends the reply to a pull to dst, growing it once, to
 // the size the reply can take.
 func pullReplyJSON(dst []byte, got []core.Delivered) []byte {
@@ -454,7 +289,7 @@ func pullReplyJSON(dst []byte, got []core.Delivered) []byte {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = appendPulled(out, d)
+		out = wire.AppendPulled(out, d)
 	}
 	return append(out, "]}"...)
 }

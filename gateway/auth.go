@@ -167,9 +167,8 @@ func (s *Server) authorize(r *http.Request, action, topic, group string) error {
 	if t == nil {
 		return nil
 	}
-	auth := r.Header.Get("Authorization")
-	token, ok := strings.CutPrefix(auth, "Bearer ")
-	if !ok || token == "" {
+	token, ok := bearerToken(r.Header.Get("Authorization"))
+	if !ok {
 		return errUnauthenticated
 	}
 	e := t.identify(strings.TrimSpace(token))
@@ -180,6 +179,16 @@ func (s *Server) authorize(r *http.Request, action, topic, group string) error {
 		return errForbidden
 	}
 	return nil
+}
+
+// bearerToken is the token of an Authorization header in the Bearer
+// scheme, whose name is case-insensitive (RFC 9110 §11.1).
+func bearerToken(auth string) (string, bool) {
+	scheme, token, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+		return "", false
+	}
+	return token, true
 }
 
 // SetTokens replaces the tokens in force (SIGHUP reloads the file); nil

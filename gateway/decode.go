@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -35,12 +36,14 @@ var bodyReaders = sync.Pool{New: func() any { return &bodyReader{dec: new(jsonte
 // it afterwards. Readers are pooled with their decoder and buffer, so a
 // request's decode allocates neither.
 type bodyReader struct {
+	lim *bodyLimits
 	dec *jsontext.Decoder
 	buf bytes.Buffer // over the body: a bytes.Buffer is parsed in place, without a copy
 }
 
-func newBodyReader(body []byte) *bodyReader {
+func newBodyReader(body []byte, lim *bodyLimits) *bodyReader {
 	br := bodyReaders.Get().(*bodyReader)
+	br.lim = lim
 	br.buf = *bytes.NewBuffer(body)
 	br.dec.Reset(&br.buf)
 	return br
@@ -50,6 +53,7 @@ func newBodyReader(body []byte) *bodyReader {
 func (br *bodyReader) release() {
 	br.buf = bytes.Buffer{}
 	br.dec.Reset(&br.buf)
+	br.lim = nil
 	bodyReaders.Put(br)
 }
 
@@ -107,24 +111,25 @@ func (br *bodyReader) open(delim jsontext.Kind, what string) error {
 	return br.wrap(err)
 }
 
-// array reads a JSON array of at most max items, calling item for each.
-func (br *bodyReader) array(minItems, maxItems int, item func(i int) error) error {
+// array reads a JSON array of n.min to n.max items, calling item for each.
+func (br *bodyReader) array(n itemCount, item func(i int) error) error {
+	minItems, maxItems := n.min, n.max
 	if err := br.open('[', "an array"); err != nil {
 		return err
 	}
-	n := 0
-	for ; br.dec.PeekKind() != ']'; n++ {
-		if n == maxItems {
+	i := 0
+	for ; br.dec.PeekKind() != ']'; i++ {
+		if i == maxItems {
 			return br.fail("must have at most %d items", maxItems)
 		}
-		if err := item(n); err != nil {
+		if err := item(i); err != nil {
 			return err
 		}
 	}
 	if _, err := br.dec.ReadToken(); err != nil {
 		return br.wrap(err)
 	}
-	if n < minItems {
+	if i < minItems {
 		return br.fail("must have at least %d items", minItems)
 	}
 	return nil
@@ -154,8 +159,9 @@ func (br *bodyReader) str() ([]byte, error) {
 	return out, nil
 }
 
-// text reads a string of minLen to maxLen characters (maxLen 0: no limit).
-func (br *bodyReader) text(minLen, maxLen int) (string, error) {
+// text reads a string of l.min to l.max characters (max 0: no limit).
+func (br *bodyReader) text(l textLength) (string, error) {
+	minLen, maxLen := l.min, l.max
 	b, err := br.str()
 	if err != nil {
 		return "", err
@@ -169,9 +175,10 @@ func (br *bodyReader) text(minLen, maxLen int) (string, error) {
 	return string(b), nil
 }
 
-// integer reads a whole number in [lo, hi], written as one (5, not 5.0 or
-// 5e0, as encoding/json has always required here).
-func (br *bodyReader) integer(lo, hi int64) (int64, error) {
+// integer reads a whole number in [r.lo, r.hi], written as one (5, not 5.0
+// or 5e0, as encoding/json has always required here).
+func (br *bodyReader) integer(r intRange) (int64, error) {
+	lo, hi := r.lo, r.hi
 	if br.dec.PeekKind() != '0' {
 		if err := br.dec.SkipValue(); err != nil {
 			return 0, br.wrap(err)
@@ -211,8 +218,9 @@ func (br *bodyReader) end() error {
 	return nil
 }
 
-// decodeSendMessage reads one SendMessage object.
+// sendMessage reads one SendMessage object.
 func (br *bodyReader) sendMessage(req *sendRequest) error {
+	lim := br.lim
 	return br.object(func(name []byte) error {
 		var err error
 		switch string(name) {
@@ -222,30 +230,30 @@ func (br *bodyReader) sendMessage(req *sendRequest) error {
 		case "bodyEncoding":
 			var enc []byte
 			if enc, err = br.str(); err == nil {
-				if req.BodyEncoding = string(enc); req.BodyEncoding != "utf8" && req.BodyEncoding != "base64" {
-					err = br.fail("must be utf8 or base64")
+				if req.BodyEncoding = string(enc); !slices.Contains(lim.bodyEncodings, req.BodyEncoding) {
+					err = br.fail("must be %s", oneOf(lim.bodyEncodings))
 				}
 			}
 		case "tag":
 			req.Tag, err = br.tag()
 		case "keys":
-			err = br.array(0, 32, func(int) error {
-				k, err := br.text(1, 128)
+			err = br.array(lim.keys, func(int) error {
+				k, err := br.text(lim.key)
 				req.Keys = append(req.Keys, k)
 				return err
 			})
 		case "properties":
 			req.Properties = map[string]string{}
 			err = br.object(func(name []byte) error {
-				v, err := br.text(0, 0)
+				v, err := br.text(textLength{})
 				req.Properties[string(name)] = v
 				return err
 			})
 		case "shardingKey":
-			req.ShardingKey, err = br.text(1, 128)
+			req.ShardingKey, err = br.text(lim.shardingKey)
 		case "delaySeconds":
 			var n int64
-			n, err = br.integer(0, 604800)
+			n, err = br.integer(lim.delaySeconds)
 			req.DelaySeconds = &n
 		case "deliverAt":
 			var null bool
@@ -261,7 +269,7 @@ func (br *bodyReader) sendMessage(req *sendRequest) error {
 				req.DeliverAt = &t
 			}
 		case "dedupKey":
-			req.DedupKey, err = br.text(1, 128)
+			req.DedupKey, err = br.text(lim.dedupKey)
 		default:
 			return br.fail("property %q is unsupported", name)
 		}
@@ -269,22 +277,56 @@ func (br *bodyReader) sendMessage(req *sendRequest) error {
 	})
 }
 
-// tag reads a Tag: 1 to 64 characters, no '|' and no white space (the
-// schema's pattern ^[^|\s]{1,64}$, where \s is ASCII white space; core then
-// refuses Unicode white space too).
+// tag reads a Tag: no '|' and no white space, of the length the schema's
+// pattern ^[^|\s]{1,64}$ allows (\s is ASCII white space; core then refuses
+// Unicode white space too).
 func (br *bodyReader) tag() (string, error) {
 	b, err := br.str()
 	if err != nil {
 		return "", err
 	}
-	if n := utf8.RuneCount(b); n < 1 || n > 64 || bytes.ContainsAny(b, "|\t\n\f\r ") {
-		return "", br.fail("must be 1-64 characters without '|' or white space")
+	if n := utf8.RuneCount(b); n < br.lim.tag.min || n > br.lim.tag.max || bytes.ContainsAny(b, "|\t\n\f\r ") {
+		return "", br.fail("must be %d-%d characters without '|' or white space", br.lim.tag.min, br.lim.tag.max)
 	}
 	return string(b), nil
 }
 
+// decodeSend, decodeBatch, decodePull and decodeAck decode with the
+// embedded openapi.yaml's limits.
 func decodeSend(body []byte) (*sendRequest, error) {
-	br := newBodyReader(body)
+	l, err := specLimits()
+	if err != nil {
+		return nil, err
+	}
+	return l.decodeSend(body)
+}
+
+func decodeBatch(body []byte) ([]sendRequest, error) {
+	l, err := specLimits()
+	if err != nil {
+		return nil, err
+	}
+	return l.decodeBatch(body)
+}
+
+func decodePull(body []byte) (pullRequest, error) {
+	l, err := specLimits()
+	if err != nil {
+		return pullRequest{}, err
+	}
+	return l.decodePull(body)
+}
+
+func decodeAck(body []byte) (*handlesRequest, error) {
+	l, err := specLimits()
+	if err != nil {
+		return nil, err
+	}
+	return l.decodeAck(body)
+}
+
+func (l *bodyLimits) decodeSend(body []byte) (*sendRequest, error) {
+	br := newBodyReader(body, l)
 	defer br.release()
 	req := new(sendRequest)
 	if err := br.sendMessage(req); err != nil {
@@ -296,8 +338,8 @@ func decodeSend(body []byte) (*sendRequest, error) {
 	return req, br.end()
 }
 
-func decodeBatch(body []byte) ([]sendRequest, error) {
-	br := newBodyReader(body)
+func (l *bodyLimits) decodeBatch(body []byte) ([]sendRequest, error) {
+	br := newBodyReader(body, l)
 	defer br.release()
 	var msgs []sendRequest
 	seen := false
@@ -306,10 +348,10 @@ func decodeBatch(body []byte) ([]sendRequest, error) {
 			return br.fail("property %q is unsupported", name)
 		}
 		seen = true
-		return br.array(1, 1000, func(i int) error {
+		return br.array(l.batch, func(i int) error {
 			if i == 0 {
 				// Sized from the body: a 1 KiB message is about 1 KiB of JSON.
-				msgs = make([]sendRequest, 0, min(1000, 1+len(body)/512))
+				msgs = make([]sendRequest, 0, min(l.batch.max, 1+len(body)/512))
 			}
 			msgs = append(msgs, sendRequest{})
 			if err := br.sendMessage(&msgs[i]); err != nil {
@@ -330,28 +372,28 @@ func decodeBatch(body []byte) ([]sendRequest, error) {
 	return msgs, br.end()
 }
 
-func decodePull(body []byte) (pullRequest, error) {
+func (l *bodyLimits) decodePull(body []byte) (pullRequest, error) {
 	var req pullRequest
 	if len(body) == 0 { // every field is optional, and so is the body
 		return req, nil
 	}
-	br := newBodyReader(body)
+	br := newBodyReader(body, l)
 	defer br.release()
 	err := br.object(func(name []byte) error {
 		var n int64
 		var err error
 		switch string(name) {
 		case "maxMessages":
-			n, err = br.integer(1, 1000)
+			n, err = br.integer(l.maxMessages)
 			req.MaxMessages = int(n)
 		case "waitSeconds":
-			n, err = br.integer(0, 30)
+			n, err = br.integer(l.waitSeconds)
 			req.WaitSeconds = int(n)
 		case "invisibleSeconds":
-			n, err = br.integer(1, 43200)
+			n, err = br.integer(l.invisible)
 			req.InvisibleSeconds = int(n)
 		case "consumerId":
-			req.ConsumerID, err = br.text(1, 128)
+			req.ConsumerID, err = br.text(l.consumerID)
 		default:
 			return br.fail("property %q is unsupported", name)
 		}
@@ -363,8 +405,8 @@ func decodePull(body []byte) (pullRequest, error) {
 	return req, br.end()
 }
 
-func decodeAck(body []byte) (*handlesRequest, error) {
-	br := newBodyReader(body)
+func (l *bodyLimits) decodeAck(body []byte) (*handlesRequest, error) {
+	br := newBodyReader(body, l)
 	defer br.release()
 	req := new(handlesRequest)
 	seen := false
@@ -373,7 +415,7 @@ func decodeAck(body []byte) (*handlesRequest, error) {
 			return br.fail("property %q is unsupported", name)
 		}
 		seen = true
-		return br.array(1, 1000, func(int) error {
+		return br.array(l.handles, func(int) error {
 			h, err := br.str()
 			req.ReceiptHandles = append(req.ReceiptHandles, string(h))
 			return err

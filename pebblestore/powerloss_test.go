@@ -29,7 +29,7 @@ func TestCrashKeepsSyncedCommitsAndLosesUnsyncedOnes(t *testing.T) {
 				for seq := range uint64(msgs) {
 					b := s.NewBatch()
 					b.Append(&core.Message{ID: fmt.Sprint("m", seq), TopicID: 1, Offset: seq, Seq: seq, Body: []byte("body")})
-					if err := b.Commit(sync); err != nil {
+					if err := b.Commit(sync, false); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -21,7 +21,7 @@ import (
 	metricnoop "go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/tidemq/tidemq/core"
-	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/wire"
 )
 
 // PusherOptions configures a Pusher. The zero value works.
@@ -284,11 +284,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // (with Retry-After as the delay when the endpoint gives one).
 func (p *Pusher) deliver(ctx context.Context, w *pushWorker, d core.Delivered, timeout time.Duration) {
 	handles := []string{d.ReceiptHandle}
-	body, err := gateway.PulledMessageJSON(d)
-	if err != nil {
-		p.log.Error("push encode", "err", err)
-		return
-	}
+	body := wire.PulledMessage(d)
 	resp, err := w.breaker.Execute(func() (*http.Response, error) {
 		rctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
