@@ -8,7 +8,8 @@ import (
 	"testing"
 )
 
-// The arrows of DESIGN §1, for non-test code:
+// The arrows of docs/ARCHITECTURE.md, "Packages and their direction",
+// for non-test code:
 //
 //	cmd/tidemq ──► gateway ──► core ◄── pebblestore
 //	sdk ──► net/http (never server code); loadtest ──► sdk

@@ -12,7 +12,7 @@ import (
 	"github.com/tidemq/tidemq/gateway"
 )
 
-// openapi.yaml is the single source of truth of the HTTP surface (DESIGN §1):
+// openapi.yaml is the single source of truth of the HTTP surface (docs/ARCHITECTURE.md):
 // every route of the router is an operation of the spec, and every operation
 // of the spec is routed.
 

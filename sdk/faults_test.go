@@ -608,13 +608,7 @@ func TestConsumerRunTwice(t *testing.T) {
 // the whole takes some 20 s. A broker that does not wake parked long
 // polls when a key's delay ends delivers in bursts, one per long-poll wait
 // (20 s), and takes minutes.
-//
-// It runs only with TIDEMQ_ORDERLY_PACE=1 until core wakes parked pulls
-// when a key's delay ends; then it is meant to run by default.
 func TestConsumerOrderlyRetryPace(t *testing.T) {
-	if os.Getenv("TIDEMQ_ORDERLY_PACE") == "" {
-		t.Skip("set TIDEMQ_ORDERLY_PACE=1: needs core to wake parked pulls when a key's retry delay ends")
-	}
 	t.Parallel()
 	srv := startServer(t)
 	c := newClient(t, srv.URL)
