@@ -252,29 +252,7 @@ func TestCrashKeepsAcknowledgedSends(t *testing.T) {
 
 	// Restart on the same data and read everything back.
 	p = startTidemq(t, dir)
-	if status, err := call(ctx, hc, "PUT", p.base+"/v1/topics/crash/subscriptions/verify", map[string]any{"startFrom": "earliest"}, nil); err != nil || status != http.StatusCreated {
-		t.Fatalf("create subscription after restart: %d %v", status, err)
-	}
-	found := map[string]string{}
-	for {
-		var got pulled
-		if _, err := call(ctx, hc, "POST", p.base+"/v1/topics/crash/subscriptions/verify/pull", map[string]any{"maxMessages": 1000}, &got); err != nil {
-			t.Fatalf("pull after restart: %v (found %d of %d so far)", err, len(found), len(acked))
-		}
-		if len(got.Messages) == 0 {
-			break
-		}
-		handles := make([]string, len(got.Messages))
-		for i, m := range got.Messages {
-			found[m.Body] = m.MessageID
-			handles[i] = m.ReceiptHandle
-		}
-		// Ack as we go: leases are capped per queue.
-		var ack struct{ Acked int }
-		if _, err := call(ctx, hc, "POST", p.base+"/v1/topics/crash/subscriptions/verify/ack", map[string]any{"receiptHandles": handles}, &ack); err != nil || ack.Acked != len(handles) {
-			t.Fatalf("ack after restart: acked %d of %d, %v", ack.Acked, len(handles), err)
-		}
-	}
+	found := readBack(ctx, t, hc, p.base, "crash")
 	var lost []string
 	for body, id := range acked {
 		got, ok := found[body]
@@ -396,5 +374,35 @@ func TestRegressionNonLoopbackWithoutTokensRefusesToStart(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-done
 		t.Errorf("tidemq --addr 0.0.0.0:%s without tokens or --insecure started serving; SPEC §5 says it refuses to start\n%s", port, truncateLog(log.String()))
+	}
+}
+
+// readBack reads every message of topic from the beginning through a new
+// subscription "verify", acking as it goes (leases are capped per queue),
+// and returns their ids by body.
+func readBack(ctx context.Context, t *testing.T, hc *http.Client, base, topic string) map[string]string {
+	t.Helper()
+	sub := base + "/v1/topics/" + topic + "/subscriptions/verify"
+	if status, err := call(ctx, hc, "PUT", sub, map[string]any{"startFrom": "earliest"}, nil); err != nil || status != http.StatusCreated {
+		t.Fatalf("create subscription: %d %v", status, err)
+	}
+	found := map[string]string{}
+	for {
+		var got pulled
+		if _, err := call(ctx, hc, "POST", sub+"/pull", map[string]any{"maxMessages": 1000}, &got); err != nil {
+			t.Fatalf("pull: %v (found %d so far)", err, len(found))
+		}
+		if len(got.Messages) == 0 {
+			return found
+		}
+		handles := make([]string, len(got.Messages))
+		for i, m := range got.Messages {
+			found[m.Body] = m.MessageID
+			handles[i] = m.ReceiptHandle
+		}
+		var ack struct{ Acked int }
+		if _, err := call(ctx, hc, "POST", sub+"/ack", map[string]any{"receiptHandles": handles}, &ack); err != nil || ack.Acked != len(handles) {
+			t.Fatalf("ack: acked %d of %d, %v", ack.Acked, len(handles), err)
+		}
 	}
 }

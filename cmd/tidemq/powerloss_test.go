@@ -190,28 +190,7 @@ func sendThroughPowerLosses(t *testing.T, mode string) (acked, lost int, st lazy
 
 	// Read everything back, on a broker with the defaults.
 	p = startTidemq(t, dir)
-	if status, err := call(ctx, hc, "PUT", p.base+"/v1/topics/"+topic+"/subscriptions/verify", map[string]any{"startFrom": "earliest"}, nil); err != nil || status != http.StatusCreated {
-		t.Fatalf("create subscription: %d %v", status, err)
-	}
-	found := map[string]string{}
-	for {
-		var got pulled
-		if _, err := call(ctx, hc, "POST", p.base+"/v1/topics/"+topic+"/subscriptions/verify/pull", map[string]any{"maxMessages": 1000}, &got); err != nil {
-			t.Fatalf("pull: %v (found %d so far)", err, len(found))
-		}
-		if len(got.Messages) == 0 {
-			break
-		}
-		handles := make([]string, len(got.Messages))
-		for i, m := range got.Messages {
-			found[m.Body] = m.MessageID
-			handles[i] = m.ReceiptHandle
-		}
-		var ack struct{ Acked int }
-		if _, err := call(ctx, hc, "POST", p.base+"/v1/topics/"+topic+"/subscriptions/verify/ack", map[string]any{"receiptHandles": handles}, &ack); err != nil || ack.Acked != len(handles) {
-			t.Fatalf("ack: acked %d of %d, %v", ack.Acked, len(handles), err)
-		}
-	}
+	found := readBack(ctx, t, hc, p.base, topic)
 	mu.Lock()
 	defer mu.Unlock()
 	for body, id := range sent {
