@@ -181,3 +181,22 @@ func TestGitignoreKeepsTheDefaultDataOut(t *testing.T) {
 		t.Errorf("%s is ignored: only the top-level data directory should be", p)
 	}
 }
+
+// The warning about an open broker is for one without tokens beyond
+// loopback, not for one that has tokens.
+func TestOpenToAllWarnsOnlyWithoutTokens(t *testing.T) {
+	for _, tc := range []struct {
+		addr, tokens string
+		want         bool
+	}{
+		{"0.0.0.0:8080", "", true},
+		{"192.0.2.1:8080", "", true},
+		{"0.0.0.0:8080", "tokens.yaml", false},
+		{"127.0.0.1:8080", "", false},
+		{"127.0.0.2:8080", "tokens.yaml", false},
+	} {
+		if got := openToAll(tc.addr, tc.tokens); got != tc.want {
+			t.Errorf("openToAll(%q, %q) = %v, want %v", tc.addr, tc.tokens, got, tc.want)
+		}
+	}
+}

@@ -141,7 +141,7 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	addr := n.Addr()
 	log.Info(listenlog.Msg, listenlog.AddrKey, addr, "data", cfg.node.Data, "fsync", cfg.node.Fsync,
 		"auto_create", cfg.node.AutoCreate, "tracing", n.Tracing(), "console", "http://"+addr+"/")
-	if !node.Loopback(addr) {
+	if openToAll(addr, cfg.node.Tokens) {
 		log.Warn("listening beyond loopback without tokens (--insecure): anyone who can reach this port can use the broker")
 	}
 
@@ -158,4 +158,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 	log.Info("tidemq stopped cleanly")
 	return nil
+}
+
+// openToAll reports whether the broker serves beyond loopback with no
+// tokens file (only --insecure lets it start so), which deserves a warning.
+func openToAll(addr, tokens string) bool {
+	return tokens == "" && !node.Loopback(addr)
 }
