@@ -65,7 +65,7 @@ func (b *Broker) handlesTarget(topicName, group string, handles []string) (*subs
 // handle listed twice is settled, counted and reported once. Short lists,
 // the common case, are checked in place without allocating.
 func distinctHandles(handles []string) []string {
-	if len(handles) <= 64 {
+	if len(handles) <= 32 {
 		for i := 1; i < len(handles); i++ {
 			if slices.Contains(handles[:i], handles[i]) {
 				return distinctFrom(handles)
