@@ -67,6 +67,10 @@ type Options struct {
 	// so the store never meets a full disk, which Pebble treats as fatal.
 	// Acks and other small writes go on. Default 128 MiB.
 	MinFreeBytes int64
+	// ReceiptKey signs receipt handles (receipt.go), so clients cannot
+	// forge them. Empty means a random key for the broker's lifetime:
+	// then handles do not survive a restart.
+	ReceiptKey []byte
 }
 
 func (o *Options) withDefaults() {
@@ -166,10 +170,12 @@ type Broker struct {
 
 	tel *telemetry
 
+	// leaseIDs counts the leases of this epoch from 1. epoch is raised and
+	// made durable on every start, so a handle names the run that gave it.
 	leaseIDs atomic.Uint64
-	// leaseBase is the first lease id of this run: a handle at or below it
-	// was made before the last restart.
-	leaseBase uint64
+	epoch    uint64
+	group    uint32 // the replica group in handles; 0 on a single node
+	receipts *receiptSealer
 }
 
 type topic struct {
@@ -231,11 +237,14 @@ func New(store Store, opts Options) (*Broker, error) {
 		lastTopic:  snap.LastTopicID,
 		lastSub:    snap.LastSubID,
 	}
-	// Lease ids never repeat across restarts, so a receipt handle from before
-	// a restart can never match a lease made after it.
-	b.leaseBase = uint64(time.Now().UnixNano())
-	b.leaseIDs.Store(b.leaseBase)
-	b.ids.Store(b.leaseBase)
+	b.ids.Store(uint64(time.Now().UnixNano()))
+	// A new epoch before anything is served: a receipt handle from before
+	// this start can never match a lease made after it.
+	b.epoch = snap.Epoch + 1
+	if err := commitEpoch(store, b.epoch); err != nil {
+		return nil, fmt.Errorf("core: epoch: %w", err)
+	}
+	b.receipts = newReceiptSealer(opts.ReceiptKey)
 	b.timerCursor.Store(snap.FirstTimerMs)
 	b.committedSeq.Store(snap.NextSeq)
 	for _, rec := range snap.Topics {
@@ -311,6 +320,13 @@ func New(store Store, opts Options) (*Broker, error) {
 	b.wg.Go(b.timerLoop)
 	b.wg.Go(b.alertLoop)
 	return b, nil
+}
+
+func commitEpoch(store Store, epoch uint64) error {
+	batch := store.NewBatch()
+	defer batch.Close()
+	batch.PutEpoch(epoch)
+	return batch.Commit(true, true)
 }
 
 // StopPolling answers every parked long poll at once (with what it has:

@@ -290,7 +290,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 		bytes += int64(len(m.Body))
 		out = append(out, Delivered{
 			Message: m, Topic: topicName, Attempt: l.attempt, Traceparent: formatTraceparent(sc),
-			ReceiptHandle: receipt{subID: c.id, queueID: l.queue, offset: l.offset, leaseID: l.leaseID}.String(),
+			ReceiptHandle: b.receipts.seal(receipt{group: b.group, epoch: b.epoch, subID: c.id, queueID: l.queue, offset: l.offset, leaseID: l.leaseID}),
 		})
 	}
 	if len(drop) > 0 {
@@ -393,7 +393,7 @@ func (b *Broker) Release(topicName, group string, handles []string) {
 	s.mu.Lock()
 	var touched []*cursor
 	for _, h := range handles {
-		if r, ok := parseReceipt(h); ok {
+		if r, ok := b.receipts.open(h); ok && r.group == b.group && r.epoch == b.epoch {
 			if c := s.byID[r.subID]; c != nil && c.release(leased{queue: r.queueID, offset: r.offset, leaseID: r.leaseID}) && !slices.Contains(touched, c) {
 				touched = append(touched, c)
 			}
@@ -413,10 +413,13 @@ var (
 // lookupLocked finds the cursor and delivery a handle names. An ack for a
 // lease that ran out still counts while nobody else got the message.
 func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delivery, error) {
-	r, ok := parseReceipt(h)
-	if !ok {
+	r, ok := s.b.receipts.open(h)
+	if !ok || r.group != s.b.group || r.epoch > s.b.epoch {
 		return nil, nil, ErrReceiptInvalid
 	}
+	// An earlier epoch's lease ids counted from 1 as this one's do: they
+	// say nothing about this run's leases.
+	before := r.epoch < s.b.epoch
 	c := s.byID[r.subID]
 	if c == nil || (int(r.queueID) >= len(c.queues) && r.queueID != retryQueue) {
 		return nil, nil, ErrReceiptInvalid
@@ -436,12 +439,16 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 			// Not outstanding: acked already (a retried ack) or settled.
 			return c, nil, errAlreadyDone
 		}
-		if r.leaseID <= s.b.leaseBase && int(r.queueID) < len(queues) && r.offset < queues[r.queueID].next.Load() {
+		if before && int(r.queueID) < len(queues) && r.offset < queues[r.queueID].next.Load() {
 			// Leased before a restart and not handed out since: an ack
 			// still counts (the caller marks it so the cursor skips it).
 			return c, &delivery{queue: r.queueID, offset: r.offset, heapIndex: -1}, errPreRestart
 		}
 		return nil, nil, ErrReceiptInvalid
+	}
+	if before {
+		// Handed out again since the restart.
+		return c, nil, ErrReceiptExpired
 	}
 	if d.leaseID != r.leaseID {
 		if r.leaseID > d.leaseID {

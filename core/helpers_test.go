@@ -62,6 +62,11 @@ func newEnvOn(t testing.TB, fs vfs.FS, opts core.Options) *env {
 	if opts.Logger == nil {
 		opts.Logger = quiet
 	}
+	if opts.ReceiptKey == nil {
+		// One key across restarts, as a node keeps it in its data
+		// directory, so that handles outlive a restart.
+		opts.ReceiptKey = []byte("core-test-receipt-key")
+	}
 	e := &env{t: t, fs: fs, opts: opts}
 	e.open()
 	t.Cleanup(e.close)

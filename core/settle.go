@@ -61,11 +61,39 @@ func (b *Broker) handlesTarget(topicName, group string, handles []string) (*subs
 	return s, s.topic.queues, nil
 }
 
+// distinctHandles is handles with each listed once, first place kept: a
+// handle listed twice is settled, counted and reported once. Short lists,
+// the common case, are checked in place without allocating.
+func distinctHandles(handles []string) []string {
+	if len(handles) <= 32 {
+		for i := 1; i < len(handles); i++ {
+			if slices.Contains(handles[:i], handles[i]) {
+				return distinctFrom(handles)
+			}
+		}
+		return handles
+	}
+	return distinctFrom(handles)
+}
+
+func distinctFrom(handles []string) []string {
+	seen := make(map[string]struct{}, len(handles))
+	out := make([]string, 0, len(handles))
+	for _, h := range handles {
+		if _, dup := seen[h]; !dup {
+			seen[h] = struct{}{}
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
 func (b *Broker) settle(ctx context.Context, topicName, group string, handles []string, kind settleKind, reason string, delay time.Duration) (int, []HandleResult, error) {
 	s, queues, err := b.handlesTarget(topicName, group, handles)
 	if err != nil {
 		return 0, nil, err
 	}
+	handles = distinctHandles(handles)
 	nowMs := b.now().UnixMilli()
 	var failed []HandleResult
 	n := 0
@@ -312,6 +340,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	if err != nil {
 		return 0, nil, err
 	}
+	handles = distinctHandles(handles)
 	deadline := dueAfter(b.now(), invisible)
 	s.mu.Lock()
 	defer s.mu.Unlock()

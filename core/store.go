@@ -108,6 +108,9 @@ type Batch interface {
 	// PutLastIDs records the highest topic and subscription/cursor ids ever
 	// given, so a deleted one's id is never given again after a restart.
 	PutLastIDs(lastTopic, lastSub uint32)
+	// PutEpoch records the broker's epoch, raised on every start (receipt
+	// handles carry it).
+	PutEpoch(epoch uint64)
 	// PutMember records a broadcast consumer's cursor id.
 	PutMember(subID uint32, consumerID string, cursorID uint32)
 	// DeleteCursor removes a cursor's watermarks and acks.
@@ -162,8 +165,10 @@ type Snapshot struct {
 	NextSeq uint64
 	// LastTopicID and LastSubID are the highest ids ever given.
 	LastTopicID, LastSubID uint32
-	Topics                 []*TopicRecord
-	Subscriptions          []*SubscriptionRecord
+	// Epoch is the last epoch a broker started in, 0 for a new store.
+	Epoch         uint64
+	Topics        []*TopicRecord
+	Subscriptions []*SubscriptionRecord
 	// Queues holds the retained offset range and byte total of every queue of
 	// every topic, keyed by topic id.
 	Queues map[uint32][]QueueRange

@@ -3,8 +3,8 @@
 // # Files
 //
 // One file per record family, each holding its batch writes, its reads
-// and its part of Load: meta.go (topics, subscriptions, the highest ids),
-// messages.go (the log, the queue index, the time index, queue positions),
+// and its part of Load: meta.go (topics, subscriptions, the highest ids,
+// the broker's epoch), messages.go (the log, the queue index, the time index, queue positions),
 // index.go (secondary indexes), parked.go (retries, delayed sends and
 // their timers), dead.go (dead letters), dedup.go (remembered sends),
 // history.go (delivery history), consumers.go (acks and broadcast
@@ -22,6 +22,7 @@
 //	t       t topicID                                     topic record (JSON)
 //	s       s subID                                       subscription record (JSON)
 //	M       M subID consumerID                            cursor id u32 of a broadcast consumer
+//	mE      mE                                            broker epoch u64, raised on every start (receipt handles carry it)
 //	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
 //	mV      mV                                            format version u32 (format.go)
 //	q       q topicID queueID                             next offset u64, bytes u64

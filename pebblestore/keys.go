@@ -12,7 +12,7 @@ import (
 const (
 	prefixTopic     = 't' // t topicID → topic record (JSON)
 	prefixSub       = 's' // s subID → subscription record (JSON)
-	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyFormat)
+	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyFormat, keyEpoch)
 	prefixQueueMeta = 'q' // q topicID queueID → next offset, bytes
 	prefixLog       = 'L' // L seq → message record
 	prefixQueue     = 'Q' // Q topicID queueID firstOffset 'r' → queue-index run
@@ -35,6 +35,9 @@ var (
 	keyLastIDs = []byte{prefixMeta, 'I'}
 	// keyFormat holds the layout's version (format.go).
 	keyFormat = []byte{prefixMeta, 'V'}
+	// keyEpoch holds the broker's epoch (uint64), raised on every start;
+	// a store without it is at epoch 0.
+	keyEpoch = []byte{prefixMeta, 'E'}
 )
 
 // Markers inside keys of a prefix.

@@ -10,8 +10,8 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-// Topics (t) and subscriptions (s) as JSON records, and the highest ids
-// ever given (keyLastIDs). A topic's queues keep their position in q keys
+// Topics (t) and subscriptions (s) as JSON records, the highest ids ever
+// given (keyLastIDs) and the broker's epoch (keyEpoch). A topic's queues keep their position in q keys
 // (messages.go).
 
 func (b *batch) PutTopic(t *core.TopicRecord) { b.setJSON(topicKey(t.ID), t) }
@@ -55,6 +55,24 @@ func (s *Store) loadLastIDs(snap *core.Snapshot) error {
 		return errCorrupt
 	}
 	snap.LastTopicID, snap.LastSubID = be.Uint32(v), be.Uint32(v[4:])
+	return nil
+}
+
+func (b *batch) PutEpoch(epoch uint64) { _ = b.b.Set(keyEpoch, be.AppendUint64(nil, epoch), nil) }
+
+func (s *Store) loadEpoch(snap *core.Snapshot) error {
+	v, closer, err := s.db.Get(keyEpoch)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return errCorrupt
+	}
+	snap.Epoch = be.Uint64(v)
 	return nil
 }
 

@@ -8,12 +8,14 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -59,6 +61,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
+	receiptKey, err := loadReceiptKey(cfg.Data)
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{cfg: cfg, log: log, tracing: TracingEnabled(cfg.Getenv), serveErr: make(chan error, 1)}
 	// On failure, what was opened is closed again, newest first.
 	var closers []func() error
@@ -92,7 +98,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Logger: log, AutoCreate: cfg.AutoCreate, NoSync: cfg.Fsync == "never",
 		MaxMessageBytes: cfg.MaxMessageBytes, TracerProvider: n.tel.tracerProvider,
 		MeterProvider: n.tel.meterProvider, Notifier: n.notifier, MinFreeBytes: cfg.MinFreeBytes,
-		ConsumerExpiry: cfg.ConsumerExpiry,
+		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey,
 	})
 	if err != nil {
 		return nil, err
@@ -191,4 +197,65 @@ func (n *Node) Shutdown(ctx context.Context) error {
 			n.store.Close(), n.tel.close(ctx))
 	})
 	return n.shutdownErr
+}
+
+// receiptKeyFile holds the key that signs receipt handles, in the data
+// directory so that handles outlive a restart. The nodes of a cluster will
+// have to share one key, so that any leader can judge any member's handles.
+const receiptKeyFile = "receipt.key"
+
+// loadReceiptKey reads the receipt key in dir, making it on first start:
+// written whole or not at all (temp file, fsync, rename, directory fsync),
+// so a crash never leaves a short key that would void every handle.
+func loadReceiptKey(dir string) ([]byte, error) {
+	path := filepath.Join(dir, receiptKeyFile)
+	key, err := os.ReadFile(path)
+	if err == nil {
+		if len(key) != core.ReceiptKeyLen {
+			return nil, fmt.Errorf("receipt key %s: %d bytes, want %d", path, len(key), core.ReceiptKeyLen)
+		}
+		return key, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("receipt key: %w", err)
+	}
+	key = make([]byte, core.ReceiptKeyLen)
+	_, _ = rand.Read(key) // crypto/rand.Read never fails
+	if err := writeFileAtomic(dir, receiptKeyFile, key); err != nil {
+		return nil, fmt.Errorf("receipt key: %w", err)
+	}
+	return key, nil
+}
+
+func writeFileAtomic(dir, name string, data []byte) (err error) {
+	tmp, err := os.CreateTemp(dir, name+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	// CreateTemp makes the file 0600; say so rather than rely on it.
+	if err := tmp.Chmod(0o600); err != nil {
+		return errors.Join(err, tmp.Close())
+	}
+	if _, err := tmp.Write(data); err != nil {
+		return errors.Join(err, tmp.Close())
+	}
+	if err := tmp.Sync(); err != nil {
+		return errors.Join(err, tmp.Close())
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
 }

@@ -15,6 +15,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/internal/otlpspans"
 )
@@ -213,5 +214,65 @@ func TestFromEnv(t *testing.T) {
 	d := Defaults()
 	if !d.FsyncRing || !d.WALSpares || !d.SyncSpin || d.SpanPipeline != SpanPipelineLean {
 		t.Errorf("the switches are not on by default: %+v", d)
+	}
+}
+
+// TestReceiptKeyKeptInDataDir: the first start writes a 32-byte key file
+// only the owner reads; the next start reads it, so a handle given before
+// a restart still acks. A key file of the wrong size stops the start.
+func TestReceiptKeyKeptInDataDir(t *testing.T) {
+	cfg := testConfig(t)
+	n, err := Start(context.Background(), cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if code := send(t, "http://"+n.Addr(), ""); code != http.StatusCreated {
+		t.Fatalf("send answered %d", code)
+	}
+	if _, _, err := n.broker.PutSubscription(ctx, "orders", "g", core.SubscriptionConfig{StartFrom: "earliest"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := n.broker.Pull(ctx, "orders", "g", core.PullRequest{})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("pull: %d messages, %v", len(got), err)
+	}
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(cfg.Data, receiptKeyFile)
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != core.ReceiptKeyLen || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: %d bytes, mode %v; want %d and 0600", path, fi.Size(), fi.Mode().Perm(), core.ReceiptKeyLen)
+	}
+	key, _ := os.ReadFile(path)
+	if leftovers, _ := filepath.Glob(filepath.Join(cfg.Data, receiptKeyFile+".tmp*")); len(leftovers) != 0 {
+		t.Errorf("temporary files left: %v", leftovers)
+	}
+
+	n, err = Start(ctx, cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked, failed, err := n.broker.Ack(ctx, "orders", "g", []string{got[0].ReceiptHandle})
+	if err != nil || acked != 1 || len(failed) != 0 {
+		t.Errorf("ack after restart: acked=%d failed=%v err=%v, want 1", acked, failed, err)
+	}
+	if err := n.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := os.ReadFile(path); string(again) != string(key) {
+		t.Error("the key changed on the second start")
+	}
+
+	if err := os.WriteFile(path, key[:7], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Start(ctx, cfg, quiet()); err == nil {
+		_ = n.Shutdown(ctx)
+		t.Fatal("started with a 7-byte receipt key")
 	}
 }
