@@ -156,9 +156,11 @@ type Broker struct {
 	dedup      map[dedupID]*DedupRecord
 	dedupOrder []*DedupRecord // by StoredMs, oldest first
 	dedupAdded []*DedupRecord // in the batch being built
+	// counters is what the last committed batch stored.
+	counters Counters
 
-	// ids names parked and dead records; like lease ids it starts from the
-	// clock so that ids never repeat across restarts.
+	// ids names history, parked and dead records; it continues from the
+	// stored counters (restoreCounters), so ids never repeat across restarts.
 	ids         atomic.Uint64
 	timers      *timerWake
 	timerCursor atomic.Int64 // owned by the timer loop
@@ -227,7 +229,6 @@ func New(store Store, opts Options) (*Broker, error) {
 		dedup:      map[dedupID]*DedupRecord{},
 		closing:    make(chan struct{}),
 		polling:    make(chan struct{}),
-		nextSeq:    snap.NextSeq,
 		lastTopic:  snap.LastTopicID,
 		lastSub:    snap.LastSubID,
 	}
@@ -235,9 +236,9 @@ func New(store Store, opts Options) (*Broker, error) {
 	// a restart can never match a lease made after it.
 	b.leaseBase = uint64(time.Now().UnixNano())
 	b.leaseIDs.Store(b.leaseBase)
-	b.ids.Store(b.leaseBase)
+	b.restoreCounters(snap)
 	b.timerCursor.Store(snap.FirstTimerMs)
-	b.committedSeq.Store(snap.NextSeq)
+	b.committedSeq.Store(b.nextSeq)
 	for _, rec := range snap.Topics {
 		t := newTopic(rec)
 		ranges := snap.Queues[rec.ID]
