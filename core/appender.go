@@ -287,6 +287,13 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	for _, q := range b.touched {
 		batch.PutQueueMeta(q.topicID, q.id, q.pendingNext, q.pendingBytes)
 	}
+	// Read after every request is applied: an id in this batch was taken
+	// before its request was queued (settle) or while applying it (a
+	// delayed send), so the stored high-water covers it.
+	counters := Counters{NextSeq: b.nextSeq, LastStoredMs: nowMs, IDs: b.ids.Load()}
+	if counters != b.counters {
+		batch.PutCounters(counters)
+	}
 	if err := batch.Commit(!b.opts.NoSync, lone); err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore
@@ -302,6 +309,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		return
 	}
 	b.lastMs = nowMs
+	b.counters = counters
 	b.dedupOrder = append(b.dedupOrder, b.dedupAdded...)
 	b.dedupAdded = b.dedupAdded[:0]
 	for _, q := range b.touched {
@@ -327,6 +335,27 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		}
 		r.done <- errs[i]
 	}
+}
+
+// restoreCounters continues the counters from the store's last counters
+// record, never from a clock: a restart, or a later leader reading the same
+// writes, gives no seq, id or store time below one given before. The log's
+// last seq still counts, should a record outlive its counters.
+func (b *Broker) restoreCounters(snap *Snapshot) {
+	c := Counters{NextSeq: snap.NextSeq}
+	switch {
+	case snap.Counters != nil:
+		c = *snap.Counters
+		c.NextSeq = max(c.NextSeq, snap.NextSeq)
+		b.counters = c
+	case snap.LastTopicID > 0 || snap.NextSeq > 0:
+		// A store written before counters were stored holds ids taken from
+		// the clock (nanoseconds): only the clock is above them. The first
+		// commit stores the counters, and later runs continue from those.
+		c.IDs = uint64(time.Now().UnixNano())
+	}
+	b.nextSeq, b.lastMs = c.NextSeq, c.LastStoredMs
+	b.ids.Store(c.IDs)
 }
 
 // touch records that q's meta must be written with this batch.

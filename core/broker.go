@@ -160,9 +160,11 @@ type Broker struct {
 	dedup      map[dedupID]*DedupRecord
 	dedupOrder []*DedupRecord // by StoredMs, oldest first
 	dedupAdded []*DedupRecord // in the batch being built
+	// counters is what the last committed batch stored.
+	counters Counters
 
-	// ids names parked and dead records; like lease ids it starts from the
-	// clock so that ids never repeat across restarts.
+	// ids names history, parked and dead records; it continues from the
+	// stored counters (restoreCounters), so ids never repeat across restarts.
 	ids         atomic.Uint64
 	timers      *timerWake
 	timerCursor atomic.Int64 // owned by the timer loop
@@ -233,11 +235,10 @@ func New(store Store, opts Options) (*Broker, error) {
 		dedup:      map[dedupID]*DedupRecord{},
 		closing:    make(chan struct{}),
 		polling:    make(chan struct{}),
-		nextSeq:    snap.NextSeq,
 		lastTopic:  snap.LastTopicID,
 		lastSub:    snap.LastSubID,
 	}
-	b.ids.Store(uint64(time.Now().UnixNano()))
+	b.restoreCounters(snap)
 	// A new epoch before anything is served: a receipt handle from before
 	// this start can never match a lease made after it.
 	b.epoch = snap.Epoch + 1
@@ -246,7 +247,7 @@ func New(store Store, opts Options) (*Broker, error) {
 	}
 	b.receipts = newReceiptSealer(opts.ReceiptKey)
 	b.timerCursor.Store(snap.FirstTimerMs)
-	b.committedSeq.Store(snap.NextSeq)
+	b.committedSeq.Store(b.nextSeq)
 	for _, rec := range snap.Topics {
 		t := newTopic(rec)
 		ranges := snap.Queues[rec.ID]

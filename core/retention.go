@@ -36,15 +36,18 @@ func (b *Broker) EnforceRetention() error {
 		bucket uint32
 	}
 	var indexCuts []indexCut
+	// Read before the scans and before the topic list: a record stored
+	// after it has a seq at or above it, and a topic holding a record below
+	// it was listed before that record was committed. Read after the list,
+	// a topic created and sent to in between was missed while its records
+	// counted as stored, and the cut took them.
+	stored := b.committedSeq.Load()
 	b.mu.RLock()
 	topics := make([]*topic, 0, len(b.topics))
 	for _, t := range b.topics {
 		topics = append(topics, t)
 	}
 	b.mu.RUnlock()
-	// Read before the scans: a record stored after them has a seq at or
-	// above it.
-	stored := b.committedSeq.Load()
 	oldestSeq := ^uint64(0)
 	for _, t := range topics {
 		b.mu.RLock()

@@ -111,6 +111,10 @@ type Batch interface {
 	// PutEpoch records the broker's epoch, raised on every start (receipt
 	// handles carry it).
 	PutEpoch(epoch uint64)
+	// PutCounters records the broker's counters as of this batch; the
+	// appender writes it in every batch that advanced them, so a restart
+	// (or a later leader reading the same writes) continues them.
+	PutCounters(c Counters)
 	// PutMember records a broadcast consumer's cursor id.
 	PutMember(subID uint32, consumerID string, cursorID uint32)
 	// DeleteCursor removes a cursor's watermarks and acks.
@@ -160,9 +164,26 @@ type IndexEntry struct {
 	KeyHash uint32
 }
 
+// Counters are the broker's counters that must never go backwards, kept
+// in the store (Batch.PutCounters) rather than seeded from a clock.
+type Counters struct {
+	// NextSeq is the log seq the next message gets: above every seq ever
+	// given, even once retention has cut the whole log.
+	NextSeq uint64
+	// LastStoredMs is the latest store time given, which later store times
+	// never go below (so storedAt and the time index stay monotonic even
+	// when the wall clock steps back).
+	LastStoredMs int64
+	// IDs is the highest id given to history, parked and dead records.
+	IDs uint64
+}
+
 // Snapshot is the durable state the broker rebuilds its memory from.
 type Snapshot struct {
+	// NextSeq is one past the last seq in the log (0 when it is empty).
 	NextSeq uint64
+	// Counters is the last counters record, nil when the store has none.
+	Counters *Counters
 	// LastTopicID and LastSubID are the highest ids ever given.
 	LastTopicID, LastSubID uint32
 	// Epoch is the last epoch a broker started in, 0 for a new store.

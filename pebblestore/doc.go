@@ -4,11 +4,11 @@
 //
 // One file per record family, each holding its batch writes, its reads
 // and its part of Load: meta.go (topics, subscriptions, the highest ids,
-// the broker's epoch), messages.go (the log, the queue index, the time index, queue positions),
-// index.go (secondary indexes), parked.go (retries, delayed sends and
-// their timers), dead.go (dead letters), dedup.go (remembered sends),
-// history.go (delivery history), consumers.go (acks and broadcast
-// members). keys.go defines every key; record.go the message record;
+// the broker's counters and epoch), messages.go (the log, the queue index,
+// the time index, queue positions), index.go (secondary indexes), parked.go
+// (retries, delayed sends and their timers), dead.go (dead letters),
+// dedup.go (remembered sends), history.go (delivery history), consumers.go
+// (acks and broadcast members). keys.go defines every key; record.go the message record;
 // format.go the layout's version; batch.go and store.go what the families
 // share. The storage tricks (below) are walsync.go, fsyncring_*.go and
 // walspare.go, their gauges metrics.go.
@@ -24,6 +24,7 @@
 //	M       M subID consumerID                            cursor id u32 of a broadcast consumer
 //	mE      mE                                            broker epoch u64, raised on every start (receipt handles carry it)
 //	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
+//	mC      mC                                            broker counters: next seq u64, last store time ms u64, highest record id u64
 //	mV      mV                                            format version u32 (format.go)
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
@@ -81,6 +82,15 @@
 //   - The timer index D is scanned from the last due time processed, never
 //     from the start of the prefix, so tombstones of fired timers (dropped
 //     with one range tombstone a minute) are never iterated again.
+//   - The broker's counters (core.Counters, key mC) are stored in the
+//     batch of every commit that advances them: the next log seq, the last
+//     store time and the highest id given to a history, parked or dead
+//     record. A restart, or a later leader applying the same writes,
+//     continues them instead of starting from a clock or from the log's
+//     last key: seqs keep growing after retention has cut the whole log
+//     (old index entries never name a new message), store times stay
+//     monotonic when the wall clock steps back, and no id is given twice.
+//     It is one 24-byte key per commit.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

@@ -12,7 +12,7 @@ import (
 const (
 	prefixTopic     = 't' // t topicID → topic record (JSON)
 	prefixSub       = 's' // s subID → subscription record (JSON)
-	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyFormat, keyEpoch)
+	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyCounters, keyEpoch, keyFormat)
 	prefixQueueMeta = 'q' // q topicID queueID → next offset, bytes
 	prefixLog       = 'L' // L seq → message record
 	prefixQueue     = 'Q' // Q topicID queueID firstOffset 'r' → queue-index run
@@ -33,6 +33,9 @@ const (
 var (
 	// keyLastIDs holds the highest topic and subscription ids ever given.
 	keyLastIDs = []byte{prefixMeta, 'I'}
+	// keyCounters holds the broker's counters (core.Counters): next seq,
+	// last store time, highest record id.
+	keyCounters = []byte{prefixMeta, 'C'}
 	// keyFormat holds the layout's version (format.go).
 	keyFormat = []byte{prefixMeta, 'V'}
 	// keyEpoch holds the broker's epoch (uint64), raised on every start;

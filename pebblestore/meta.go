@@ -11,8 +11,8 @@ import (
 )
 
 // Topics (t) and subscriptions (s) as JSON records, the highest ids ever
-// given (keyLastIDs) and the broker's epoch (keyEpoch). A topic's queues keep their position in q keys
-// (messages.go).
+// given (keyLastIDs), the broker's counters (keyCounters) and its epoch
+// (keyEpoch). A topic's queues keep their position in q keys (messages.go).
 
 func (b *batch) PutTopic(t *core.TopicRecord) { b.setJSON(topicKey(t.ID), t) }
 
@@ -73,6 +73,34 @@ func (s *Store) loadEpoch(snap *core.Snapshot) error {
 		return errCorrupt
 	}
 	snap.Epoch = be.Uint64(v)
+	return nil
+}
+
+// countersLen is the size of a counters record: next seq u64, last store
+// time u64, highest record id u64.
+const countersLen = 24
+
+func (b *batch) PutCounters(c core.Counters) {
+	var v [countersLen]byte
+	be.PutUint64(v[:], c.NextSeq)
+	be.PutUint64(v[8:], uint64(c.LastStoredMs))
+	be.PutUint64(v[16:], c.IDs)
+	_ = b.b.Set(keyCounters, v[:], nil)
+}
+
+func (s *Store) loadCounters(snap *core.Snapshot) error {
+	v, closer, err := s.db.Get(keyCounters)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	if len(v) != countersLen {
+		return errCorrupt
+	}
+	snap.Counters = &core.Counters{NextSeq: be.Uint64(v), LastStoredMs: int64(be.Uint64(v[8:])), IDs: be.Uint64(v[16:])}
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -67,14 +68,33 @@ func encodeRecord(dst []byte, m *core.Message) []byte {
 		dst = appendString(dst, k)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(m.Properties)))
-	for k, v := range m.Properties {
-		dst = appendString(dst, k)
-		dst = appendString(dst, v)
-	}
+	dst = appendProperties(dst, m.Properties)
 	if flags&flagCompressed != 0 {
 		return zenc.EncodeAll(m.Body, dst)
 	}
 	return append(dst, m.Body...)
+}
+
+// appendProperties appends props in key order, so that a message always
+// encodes to the same bytes (maps iterate in random order): a replica or a
+// check comparing records sees equal messages as equal.
+func appendProperties(dst []byte, props map[string]string) []byte {
+	if len(props) == 1 {
+		for k, v := range props {
+			dst = appendString(appendString(dst, k), v)
+		}
+		return dst
+	}
+	var small [8]string
+	keys := small[:0]
+	for k := range props {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		dst = appendString(appendString(dst, k), props[k])
+	}
+	return dst
 }
 
 type recordReader struct {

@@ -259,7 +259,7 @@ func (s *Store) Load() (*core.Snapshot, error) {
 		// Each record family reads its part (meta.go, consumers.go,
 		// parked.go, dead.go, dedup.go, messages.go).
 		for _, load := range []func(*core.Snapshot) error{
-			s.loadTopics, s.loadSubscriptions, s.loadLastIDs, s.loadEpoch, s.loadAcks, s.loadMembers,
+			s.loadTopics, s.loadSubscriptions, s.loadLastIDs, s.loadCounters, s.loadEpoch, s.loadAcks, s.loadMembers,
 			s.loadParked, s.loadDeadCounts, s.loadDedup, s.loadNextSeq,
 		} {
 			if err := load(snap); err != nil {
