@@ -42,8 +42,11 @@ func (b *batch) PutLastIDs(lastTopic, lastSub uint32) {
 	_ = b.b.Set(keyLastIDs, v, nil)
 }
 
-func (s *Store) loadLastIDs(snap *core.Snapshot) error {
-	v, closer, err := s.db.Get(keyLastIDs)
+// loadMetaValue calls set with the fixed-size value stored under key; a
+// missing key leaves the snapshot as it is (a new store), a value of
+// another size is corruption. v is valid only during set.
+func (s *Store) loadMetaValue(key []byte, size int, set func(v []byte)) error {
+	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil
 	}
@@ -51,29 +54,21 @@ func (s *Store) loadLastIDs(snap *core.Snapshot) error {
 		return err
 	}
 	defer closer.Close()
-	if len(v) != 8 {
+	if len(v) != size {
 		return errCorrupt
 	}
-	snap.LastTopicID, snap.LastSubID = be.Uint32(v), be.Uint32(v[4:])
+	set(v)
 	return nil
+}
+
+func (s *Store) loadLastIDs(snap *core.Snapshot) error {
+	return s.loadMetaValue(keyLastIDs, 8, func(v []byte) { snap.LastTopicID, snap.LastSubID = be.Uint32(v), be.Uint32(v[4:]) })
 }
 
 func (b *batch) PutEpoch(epoch uint64) { _ = b.b.Set(keyEpoch, be.AppendUint64(nil, epoch), nil) }
 
 func (s *Store) loadEpoch(snap *core.Snapshot) error {
-	v, closer, err := s.db.Get(keyEpoch)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return errCorrupt
-	}
-	snap.Epoch = be.Uint64(v)
-	return nil
+	return s.loadMetaValue(keyEpoch, 8, func(v []byte) { snap.Epoch = be.Uint64(v) })
 }
 
 // countersLen is the size of a counters record: next seq u64, last store
@@ -89,19 +84,9 @@ func (b *batch) PutCounters(c core.Counters) {
 }
 
 func (s *Store) loadCounters(snap *core.Snapshot) error {
-	v, closer, err := s.db.Get(keyCounters)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer closer.Close()
-	if len(v) != countersLen {
-		return errCorrupt
-	}
-	snap.Counters = &core.Counters{NextSeq: be.Uint64(v), LastStoredMs: int64(be.Uint64(v[8:])), IDs: be.Uint64(v[16:])}
-	return nil
+	return s.loadMetaValue(keyCounters, countersLen, func(v []byte) {
+		snap.Counters = &core.Counters{NextSeq: be.Uint64(v), LastStoredMs: int64(be.Uint64(v[8:])), IDs: be.Uint64(v[16:])}
+	})
 }
 
 func (s *Store) loadTopics(snap *core.Snapshot) error {
