@@ -37,6 +37,16 @@ func wakeModes() []wakeMode {
 	}
 }
 
+// eachWakeMode runs test once per mode, as a subtest in a synctest bubble
+// (fake time: a 20 s wait costs nothing).
+func eachWakeMode(t *testing.T, test func(t *testing.T, m wakeMode)) {
+	for _, m := range wakeModes() {
+		t.Run(m.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, m) })
+		})
+	}
+}
+
 // wakeEnv is a broker with topic "orders" (queues queues) and subscription
 // "g" of the given mode. Every pull of a test names consumer c1, so the
 // broadcast ones share one position.
@@ -133,38 +143,30 @@ func (w *wakeEnv) parkThen(act func() time.Duration, want ...string) []core.Deli
 // A nack's delay ending: on clustering and broadcast subscriptions the timer
 // loop delivers the parked retry; on orderly ones the key's suspension ends.
 func TestLongPollWakesWhenNackDelayEnds(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 2, core.Options{})
-				w.send("m")
-				d := w.pullOne(0)
-				w.parkThen(func() time.Duration {
-					w.nack(d, time.Second)
-					return time.Second
-				}, "m")
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 2, core.Options{})
+		w.send("m")
+		d := w.pullOne(0)
+		w.parkThen(func() time.Duration {
+			w.nack(d, time.Second)
+			return time.Second
+		}, "m")
+	})
 }
 
 // A retry's delay ending: the message is a parked retry already (a redriven
 // one, which is a retry on every kind of subscription), nacked again.
 func TestLongPollWakesWhenRetryDelayEnds(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 2, core.Options{})
-				w.deadLettered("m")
-				w.redrive()
-				d := w.pullOne(0)
-				w.parkThen(func() time.Duration {
-					w.nack(d, 2*time.Second)
-					return 2 * time.Second
-				}, "m")
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 2, core.Options{})
+		w.deadLettered("m")
+		w.redrive()
+		d := w.pullOne(0)
+		w.parkThen(func() time.Duration {
+			w.nack(d, 2*time.Second)
+			return 2 * time.Second
+		}, "m")
+	})
 }
 
 // A lease running out makes the message available again; on orderly
@@ -258,84 +260,68 @@ func TestLongPollWakesWhenDelayedMessageComesDue(t *testing.T) {
 
 // A redrive brings a dead message back at once.
 func TestLongPollWakesOnRedrive(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 2, core.Options{})
-				w.deadLettered("m")
-				w.parkThen(func() time.Duration {
-					w.redrive()
-					return 0
-				}, "m")
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 2, core.Options{})
+		w.deadLettered("m")
+		w.parkThen(func() time.Duration {
+			w.redrive()
+			return 0
+		}, "m")
+	})
 }
 
 // A seek back to the earliest message delivers acked messages again at once.
 func TestLongPollWakesOnSeek(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 2, core.Options{})
-				w.send("m")
-				w.ackAll("orders", "g", []core.Delivered{w.pullOne(0)})
-				w.parkThen(func() time.Duration {
-					consumer := ""
-					if m.cfg.Mode == core.ModeBroadcast {
-						consumer = "c1"
-					}
-					if _, err := w.b.Seek(t.Context(), "orders", "g", "earliest", consumer, false); err != nil {
-						t.Fatalf("Seek: %v", err)
-					}
-					return 0
-				}, "m")
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 2, core.Options{})
+		w.send("m")
+		w.ackAll("orders", "g", []core.Delivered{w.pullOne(0)})
+		w.parkThen(func() time.Duration {
+			consumer := ""
+			if m.cfg.Mode == core.ModeBroadcast {
+				consumer = "c1"
+			}
+			if _, err := w.b.Seek(t.Context(), "orders", "g", "earliest", consumer, false); err != nil {
+				t.Fatalf("Seek: %v", err)
+			}
+			return 0
+		}, "m")
+	})
 }
 
 // An ack that frees a lease slot (MaxLeasesPerQueue) makes the queue's next
 // message available at once.
 func TestLongPollWakesWhenLeaseSlotFrees(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 1, core.Options{MaxLeasesPerQueue: 1})
-				w.sendBatch("orders", &core.Message{Body: []byte("m1"), ShardingKey: "a"}, &core.Message{Body: []byte("m2"), ShardingKey: "b"})
-				d := w.pullOne(0)
-				if string(d.Message.Body) != "m1" {
-					t.Fatalf("first pull got %q, want m1", d.Message.Body)
-				}
-				w.parkThen(func() time.Duration {
-					w.ackAll("orders", "g", []core.Delivered{d})
-					return 0
-				}, "m2")
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 1, core.Options{MaxLeasesPerQueue: 1})
+		w.sendBatch("orders", &core.Message{Body: []byte("m1"), ShardingKey: "a"}, &core.Message{Body: []byte("m2"), ShardingKey: "b"})
+		d := w.pullOne(0)
+		if string(d.Message.Body) != "m1" {
+			t.Fatalf("first pull got %q, want m1", d.Message.Body)
+		}
+		w.parkThen(func() time.Duration {
+			w.ackAll("orders", "g", []core.Delivered{d})
+			return 0
+		}, "m2")
+	})
 }
 
 // The wake-up timer firing with nothing ready (the lease it was armed for
 // was acked) leaves the parked pull waiting out its wait.
 func TestLongPollWakeWithNothingReadyKeepsWaiting(t *testing.T) {
-	for _, m := range wakeModes() {
-		t.Run(m.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				w := newWakeEnv(t, m, 2, core.Options{})
-				w.send("m")
-				d := w.pullOne(3 * time.Second)
-				ch := pullAsync(t.Context(), w.b, "orders", "g", core.PullRequest{Wait: wakeWait, ConsumerID: "c1"})
-				time.Sleep(wakeParked)
-				synctest.Wait()
-				w.ackAll("orders", "g", []core.Delivered{d})
-				r := <-ch
-				if r.err != nil || len(r.got) != 0 || r.elapsed != wakeWait {
-					t.Errorf("parked pull = %d messages, %v, after %v; want none after its whole %v wait", len(r.got), r.err, r.elapsed, wakeWait)
-				}
-			})
-		})
-	}
+	eachWakeMode(t, func(t *testing.T, m wakeMode) {
+		w := newWakeEnv(t, m, 2, core.Options{})
+		w.send("m")
+		d := w.pullOne(3 * time.Second)
+		ch := pullAsync(t.Context(), w.b, "orders", "g", core.PullRequest{Wait: wakeWait, ConsumerID: "c1"})
+		time.Sleep(wakeParked)
+		synctest.Wait()
+		w.ackAll("orders", "g", []core.Delivered{d})
+		r := <-ch
+		if r.err != nil || len(r.got) != 0 || r.elapsed != wakeWait {
+			t.Errorf("parked pull = %d messages, %v, after %v; want none after its whole %v wait", len(r.got), r.err, r.elapsed, wakeWait)
+		}
+	})
 }
 
 // Deleting a subscription and closing the broker disarm the wake-up timers.
