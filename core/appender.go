@@ -30,9 +30,12 @@ type request struct {
 	topic *topic
 	msgs  []*Message
 	admin func(Batch)
-	// writes are applied in order; after runs in the appender once the
-	// batch is durable, before the requester is answered.
+	// writes are applied in order. Once the batch is durable, before the
+	// requester is answered, the appender hands effects over to their
+	// subscriptions (effects.go) and runs after: what the batch changes in
+	// memory, and only then.
 	writes  []func(Batch)
+	effects []subEffect
 	after   func()
 	results []SendResult
 	done    chan error
@@ -304,6 +307,9 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		b.touched = b.touched[:0]
 		b.rollbackDedup()
 		for _, r := range reqs {
+			for _, se := range r.effects {
+				se.s.handOver(se.e, true)
+			}
 			r.done <- classifyStoreError(err)
 		}
 		return
@@ -326,8 +332,13 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	}
 	var woken []*topic
 	for i, r := range reqs {
-		if r.after != nil && errs[i] == nil {
-			r.after()
+		if errs[i] == nil {
+			for _, se := range r.effects {
+				se.s.handOver(se.e, false)
+			}
+			if r.after != nil {
+				r.after()
+			}
 		}
 		if r.kind == reqAppend && errs[i] == nil && !slices.Contains(woken, r.topic) {
 			woken = append(woken, r.topic)

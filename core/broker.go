@@ -430,22 +430,26 @@ func (b *Broker) PutTopic(ctx context.Context, name string, cfg TopicConfig) (To
 		rec.RetentionHours, changed = cfg.RetentionHours, true
 	}
 	if changed {
-		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutTopic(&rec) }}); err != nil {
-			return TopicInfo{}, false, err
-		}
-		b.mu.Lock()
-		for i := len(t.queues); i < rec.Queues; i++ {
-			t.queues = append(t.queues, &queue{topicID: rec.ID, id: uint32(i)})
-		}
-		t.rec = &rec
+		b.mu.RLock()
 		subs := make([]*subscription, 0, len(t.subs))
 		for _, s := range t.subs {
 			subs = append(subs, s)
 		}
-		b.mu.Unlock()
-		// Never hold Broker.mu while taking a subscription's lock.
+		b.mu.RUnlock()
+		req := &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutTopic(&rec) }, after: func() {
+			b.mu.Lock()
+			for i := len(t.queues); i < rec.Queues; i++ {
+				q := &queue{topicID: rec.ID, id: uint32(i)}
+				t.queues = append(t.queues, q)
+			}
+			t.rec = &rec
+			b.mu.Unlock()
+		}}
 		for _, s := range subs {
-			s.growQueues(rec.Queues)
+			req.effects = append(req.effects, subEffect{s, &effect{growTo: rec.Queues, wake: true}})
+		}
+		if err := b.submit(ctx, req); err != nil {
+			return TopicInfo{}, false, err
 		}
 	}
 	return b.topicInfo(t), false, nil
@@ -463,21 +467,23 @@ func (b *Broker) createTopicLocked(ctx context.Context, name string, cfg TopicCo
 		RetentionHours: cfg.RetentionHours, CreatedAtMs: b.now().UnixMilli(),
 	}
 	lastSub := b.lastSub
-	if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
-		batch.PutTopic(rec)
-		batch.PutLastIDs(rec.ID, lastSub)
-	}}); err != nil {
-		return nil, err
-	}
 	t := newTopic(rec)
 	for i := range rec.Queues {
 		t.queues = append(t.queues, &queue{topicID: rec.ID, id: uint32(i)})
 	}
-	b.mu.Lock()
-	b.lastTopic = rec.ID
-	b.topics[name] = t
-	b.topicsByID[rec.ID] = t
-	b.mu.Unlock()
+	err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
+		batch.PutTopic(rec)
+		batch.PutLastIDs(rec.ID, lastSub)
+	}, after: func() {
+		b.mu.Lock()
+		b.lastTopic = rec.ID
+		b.topics[name] = t
+		b.topicsByID[rec.ID] = t
+		b.mu.Unlock()
+	}})
+	if err != nil {
+		return nil, err
+	}
 	b.log.Info("topic created", "topic", name, "queues", rec.Queues)
 	return t, nil
 }
@@ -570,28 +576,31 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	for i, s := range subs {
 		perSub[i].retries, perSub[i].cursorIDs = s.retriesOf()
 	}
-	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) {
-		t.deleted.Store(true)
+	req := &request{kind: reqAdmin, admin: func(batch Batch) {
 		for i, s := range subs {
 			deleteSubscriptionWrites(batch, s, perSub[i].retries, perSub[i].cursorIDs)
 		}
 		batch.DeleteTopic(rec)
-	}})
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	delete(b.topics, name)
-	delete(b.topicsByID, rec.ID)
-	for i, s := range subs {
-		delete(b.subsByID, s.id)
-		for _, id := range perSub[i].cursorIDs {
-			delete(b.subsByID, id)
+	}, after: func() {
+		// Before the appender's next batch: a send queued behind the
+		// delete finds the topic gone.
+		t.deleted.Store(true)
+		b.mu.Lock()
+		delete(b.topics, name)
+		delete(b.topicsByID, rec.ID)
+		for i, s := range subs {
+			delete(b.subsByID, s.id)
+			for _, id := range perSub[i].cursorIDs {
+				delete(b.subsByID, id)
+			}
 		}
-	}
-	b.mu.Unlock()
+		b.mu.Unlock()
+	}}
 	for _, s := range subs {
-		s.markDeleted()
+		req.effects = append(req.effects, subEffect{s, &effect{deleted: true, wake: true}})
+	}
+	if err := b.submit(ctx, req); err != nil {
+		return err
 	}
 	b.log.Info("topic deleted", "topic", name)
 	return nil

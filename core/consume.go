@@ -76,7 +76,7 @@ func (b *Broker) Pull(ctx context.Context, topicName, group string, req PullRequ
 		return nil, err
 	}
 	var c *cursor
-	s.mu.Lock()
+	s.lock()
 	broadcast, push := s.rec.Mode == ModeBroadcast, s.rec.Push != nil
 	c = s.main
 	s.mu.Unlock()
@@ -162,7 +162,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, bool, error)
 	queues := s.topic.queues
 	b.mu.RUnlock()
 	now := b.now()
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.deleted {
 		return nil, false, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, s.group)
@@ -222,7 +222,7 @@ func (s *subscription) persistSkippedLocked(c *cursor) {
 		return
 	}
 	// The appender logs a failed commit; nobody waits for this one.
-	s.queueWritesLocked(c.ackWrites(nil, touched))
+	s.queueWritesLocked(c.ackWrites(nil, touched), nil, nil)
 }
 
 // expireLocked ends the leases that ran out: each is a failed attempt,
@@ -258,7 +258,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	b.mu.RLock()
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
-	s.mu.Lock()
+	s.lock()
 	filter, group := s.filter, s.group
 	s.mu.Unlock()
 	out := make([]Delivered, 0, len(got))
@@ -296,7 +296,7 @@ func (b *Broker) readDeliveries(s *subscription, c *cursor, got []leased, consum
 	if len(drop) > 0 {
 		s.dropLeases(c, drop)
 	}
-	s.mu.Lock()
+	s.lock()
 	for i, l := range kept {
 		if d := c.deliveries[dkey{l.queue, l.offset}]; d != nil && d.leaseID == l.leaseID {
 			d.msgID, d.trace = strings.Clone(out[i].Message.ID), traces[i] // not the record it came in: it lives until settled
@@ -353,7 +353,7 @@ func (b *Broker) readLeased(l leased) (*Message, error) {
 
 // dropLeases settles leased messages as done without a client ack.
 func (s *subscription) dropLeases(c *cursor, ls []leased) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	var ds []*delivery
 	for _, l := range ls {
@@ -368,7 +368,7 @@ func (s *subscription) dropLeases(c *cursor, ls []leased) {
 
 // releaseLeases gives leases back at once, without counting an attempt.
 func (s *subscription) releaseLeases(c *cursor, ls []leased) {
-	s.mu.Lock()
+	s.lock()
 	for _, l := range ls {
 		c.release(l)
 	}
@@ -390,7 +390,7 @@ func (b *Broker) Release(topicName, group string, handles []string) {
 	if err != nil {
 		return
 	}
-	s.mu.Lock()
+	s.lock()
 	var touched []*cursor
 	for _, h := range handles {
 		if r, ok := b.receipts.open(h); ok && r.group == b.group && r.epoch == b.epoch {
@@ -458,6 +458,13 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 	}
 	if d.suspended {
 		// Nacked (orderly): the handle is spent.
+		return c, nil, ErrReceiptExpired
+	}
+	switch d.settling {
+	case settlingDone:
+		// Acked or dead-lettered, the writes on their way: as once they land.
+		return c, nil, errAlreadyDone
+	case settlingRetry, settlingKeep:
 		return c, nil, ErrReceiptExpired
 	}
 	return c, d, nil

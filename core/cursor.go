@@ -53,7 +53,9 @@ type delivery struct {
 	deadline   int64 // Unix ms: lease end, or end of a suspension
 	leased     bool
 	suspended  bool
-	ready      bool  // in cursor.released
+	ready      bool // in cursor.released
+	// settling marks a decided settlement not yet applied (effects.go).
+	settling   settleState
 	dueMs      int64 // parked retries: when the timer makes it ready
 	consumer   string
 	leasedAtMs int64
@@ -278,10 +280,10 @@ func (c *cursor) makeReady(d *delivery) {
 
 // suspend holds an orderly delivery (and so its key) until untilMs.
 func (c *cursor) suspend(d *delivery, untilMs int64) {
-	if d.leased {
+	if d.heapIndex >= 0 {
 		heap.Remove(&c.leases, d.heapIndex)
-		d.leased = false
 	}
+	d.leased = false
 	d.ready = false
 	d.suspended = true
 	d.deadline = untilMs
@@ -329,7 +331,7 @@ func (c *cursor) done(d *delivery) {
 // never saw the message.
 func (c *cursor) release(l leased) bool {
 	d := c.deliveries[dkey{l.queue, l.offset}]
-	if d == nil || d.leaseID != l.leaseID || !d.leased {
+	if d == nil || d.leaseID != l.leaseID || !d.leased || d.settling != notSettling {
 		return false
 	}
 	heap.Remove(&c.leases, d.heapIndex)
@@ -341,27 +343,29 @@ func (c *cursor) release(l leased) bool {
 	return true
 }
 
-// ackWrites makes acks of queue offsets durable: the new watermark of each
-// touched queue, acks above it, and the acks it has passed.
+// ackWrites makes acks of queue offsets durable: the watermark each
+// touched queue will have once the decided settlements are applied, acks
+// above it, and the acks it has passed. persistedWM and durableAcks say
+// what the decided writes hold, so each is written once.
 func (c *cursor) ackWrites(batch []func(Batch), touched map[uint32][]uint64) []func(Batch) {
 	for qid, offsets := range touched {
 		sq := c.queues[qid]
-		c.advance(sq)
+		wm := c.projectedWatermark(sq)
 		id := c.id
 		var put, del []uint64
-		setWM, wm := false, sq.acked
-		if sq.acked != sq.persistedWM {
+		setWM := false
+		if wm != sq.persistedWM {
 			setWM = true
-			sq.persistedWM = sq.acked
+			sq.persistedWM = wm
 			for o := range sq.durableAcks {
-				if o < sq.acked {
+				if o < wm {
 					del = append(del, o)
 					delete(sq.durableAcks, o)
 				}
 			}
 		}
 		for _, o := range offsets {
-			if o >= sq.acked && !sq.durableAcks[o] {
+			if o >= wm && !sq.durableAcks[o] {
 				put = append(put, o)
 				sq.durableAcks[o] = true
 			}
@@ -381,6 +385,23 @@ func (c *cursor) ackWrites(batch []func(Batch), touched map[uint32][]uint64) []f
 		}
 	}
 	return batch
+}
+
+// projectedWatermark is where sq's watermark will be once the decided
+// settlements are applied: the lowest outstanding offset not settling to
+// done.
+func (c *cursor) projectedWatermark(sq *subQueue) uint64 {
+	from := sq.acked
+	for {
+		o, ok := sq.out.first(from)
+		if !ok || o >= sq.next {
+			return sq.next
+		}
+		if d := c.deliveries[dkey{sq.id, o}]; d == nil || (d.settling != settlingDone && d.settling != settlingRetry) {
+			return o
+		}
+		from = o + 1
+	}
 }
 
 // leaseHeap orders leased and suspended deliveries by deadline.

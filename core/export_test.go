@@ -9,7 +9,7 @@ func WakeTimerOf(b *Broker, topic, group string) func() (armed, pending bool) {
 		panic(err)
 	}
 	return func() (bool, bool) {
-		s.mu.Lock()
+		s.lock()
 		defer s.mu.Unlock()
 		return s.wakeAtMs != 0, s.wakeTimer != nil && s.wakeTimer.Stop()
 	}

@@ -147,7 +147,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 			return nil, err
 		}
 	}
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	untouched := StatePending
 	if !s.filter.matches(m.Tag) {
@@ -402,7 +402,7 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 		return SeekResult{}, err
 	}
 	res := SeekResult{Queues: make([]SeekQueue, len(starts))}
-	s.mu.Lock()
+	s.lock()
 	var cursors []*cursor
 	for _, c := range s.cursors() {
 		if consumerID == "" || c.consumerID == consumerID {
@@ -414,9 +414,15 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 		return SeekResult{}, invalid("/consumerId", "no consumer %q in %s", consumerID, group)
 	}
 	var writes []func(Batch)
+	var effects []subEffect
+	for _, c := range cursors {
+		if !dryRun {
+			effects = append(effects, subEffect{s, &effect{c: c, seek: map[uint32]uint64{}, wake: true}})
+		}
+	}
 	for i, start := range starts {
 		res.Queues[i].QueueID = i
-		for _, c := range cursors {
+		for j, c := range cursors {
 			if i >= len(c.queues) {
 				continue
 			}
@@ -427,16 +433,7 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 			if dryRun {
 				continue
 			}
-			for k, d := range c.deliveries {
-				if k.queue == uint32(i) {
-					if d.heapIndex >= 0 {
-						heapRemove(&c.leases, d)
-					}
-					d.ready = false
-					delete(c.deliveries, k)
-				}
-			}
-			c.queues[i] = newSubQueue(uint32(i), start)
+			effects[j].e.seek[uint32(i)] = start
 			id, qid, wm := c.id, uint32(i), start
 			writes = append(writes, func(b Batch) {
 				b.DeleteCursorQueue(id, qid)
@@ -446,15 +443,17 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 		res.Total += res.Queues[i].Count
 	}
 	var req *request
-	if !dryRun {
-		req = s.queueWritesLocked(writes)
+	if !dryRun && len(writes) > 0 {
+		req = &request{kind: reqWrite, writes: writes, effects: effects, done: make(chan error, 1)}
+		if err := b.enqueue(context.Background(), req); err != nil {
+			req.done <- err
+		}
 	}
 	s.mu.Unlock()
 	if req != nil {
 		if err := <-req.done; err != nil {
 			return SeekResult{}, err
 		}
-		s.wake()
 		b.log.Info("subscription seeked", "topic", topicName, "group", group, "to", to, "redelivered", res.Total)
 	}
 	return res, nil

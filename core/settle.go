@@ -97,7 +97,7 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 	nowMs := b.now().UnixMilli()
 	var failed []HandleResult
 	n := 0
-	s.mu.Lock()
+	s.lock()
 	byCursor := map[*cursor][]*delivery{}
 	var preRestart map[*cursor]map[uint32][]uint64 // rare: acks of leases from before a restart
 	for _, h := range handles {
@@ -142,7 +142,7 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 		}
 	}
 	for c, touched := range preRestart {
-		if req := s.queueWritesLocked(c.ackWrites(nil, touched)); req != nil {
+		if req := s.queueWritesLocked(c.ackWrites(nil, touched), nil, nil); req != nil {
 			reqs = append(reqs, req)
 		}
 	}
@@ -160,16 +160,21 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 
 // queueWritesLocked hands writes to the appender while the subscription
 // lock is held, so the writes of one subscription reach the store in the
-// order they were decided. The caller waits on the request after unlocking.
-func (s *subscription) queueWritesLocked(writes []func(Batch), after ...func()) *request {
-	if len(writes) == 0 {
+// order they were decided, with the effect they have on it. The caller
+// waits on the request after unlocking. It queues nothing (nil) when
+// there is nothing to write or change.
+func (s *subscription) queueWritesLocked(writes []func(Batch), e *effect, after func()) *request {
+	if len(writes) == 0 && e == nil {
 		return nil
 	}
-	req := &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
-	if len(after) > 0 {
-		req.after = after[0]
+	req := &request{kind: reqWrite, writes: writes, after: after, done: make(chan error, 1)}
+	if e != nil {
+		req.effects = []subEffect{{s, e}}
 	}
 	if err := s.b.enqueue(context.Background(), req); err != nil {
+		if e != nil {
+			s.handOver(e, true)
+		}
 		req.done <- err
 	}
 	return req
@@ -184,14 +189,17 @@ func (s *subscription) history(c *cursor, d *delivery, outcome byte, reason stri
 	}
 }
 
-// settleLocked applies the outcome of deliveries in memory and queues the
-// matching writes (with extra ones) to the appender.
+// settleLocked decides the outcome of deliveries: it queues the writes
+// that record it (with extra ones) to the appender, marks the deliveries
+// settling, and leaves the change of memory to the request's effect,
+// applied once the writes are durable.
 func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, reason string, delay time.Duration, nowMs int64, extra []func(Batch)) (*request, error) {
 	b := s.b
 	touched := map[uint32][]uint64{}
 	writes := extra
 	var firstDue int64
 	subID, topicID := s.id, s.rec.TopicID
+	e := &effect{c: c, settled: make([]settlement, 0, len(ds))}
 	// For the spans: the topic's name and the time, taken at the first;
 	// each span's attributes, in one buffer in turn.
 	var topic string
@@ -201,6 +209,17 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 		outcome := kind
 		if outcome == settleNack && d.attempt >= s.rec.MaxRetries+1 {
 			outcome = settleDead
+		}
+		var msg *Message
+		var parked *Parked
+		if outcome != settleAck && !(outcome == settleNack && s.rec.Orderly && !d.isRetry()) {
+			var err error
+			msg, parked, err = s.readForSettle(d)
+			if errors.Is(err, ErrMessageNotFound) {
+				outcome = settleAck // retention removed it: nothing left to retry
+			} else if err != nil {
+				return nil, err
+			}
 		}
 		if d.leased {
 			var ho byte
@@ -226,20 +245,9 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			h := s.history(c, d, ho, reason, nowMs)
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
 		}
-		var msg *Message
-		var parked *Parked
-		if outcome != settleAck && !(outcome == settleNack && s.rec.Orderly && !d.isRetry()) {
-			var err error
-			msg, parked, err = s.readForSettle(d)
-			if errors.Is(err, ErrMessageNotFound) {
-				outcome = settleAck // retention removed it: nothing left to retry
-			} else if err != nil {
-				return nil, err
-			}
-		}
+		st := settlement{d: d, outcome: outcome}
 		switch outcome {
 		case settleAck:
-			c.done(d)
 			if d.isRetry() {
 				p := &Parked{ID: d.offset, Kind: ParkedRetry}
 				writes = append(writes, func(b Batch) { b.DeleteParked(p) })
@@ -251,8 +259,6 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				b.tel.event(d.trace, SpanDead, b.now(), append(s.settleAttrs(d), attribute.String("tidemq.reason", reason))...)
 			}
 			dead := &Dead{ID: b.ids.Add(1), SubID: subID, CursorID: c.id, DeadAtMs: nowMs, Attempt: d.attempt, Reason: reason, Msg: msg}
-			c.done(d)
-			s.nDead++
 			writes = append(writes, func(b Batch) { b.PutDead(dead) })
 			if parked != nil {
 				writes = append(writes, func(b Batch) { b.DeleteParked(parked) })
@@ -264,45 +270,65 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			if wait < 0 {
 				wait = retryDelay(s.rec.RetryDelays, d.attempt)
 			}
-			due := dueAfter(b.now(), wait)
+			st.dueMs = dueAfter(b.now(), wait)
 			if s.rec.Orderly && !d.isRetry() {
 				// Orderly: the message keeps its place and suspends its
 				// key alone; other keys keep flowing.
-				c.suspend(d, due)
+				st.suspend = true
+				e.settled = append(e.settled, st)
 				continue
 			}
 			if parked == nil {
 				// First failure: the message leaves its queue (the offset is
 				// acked) and lives on as a parked retry of this cursor.
 				parked = &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: c.id, TopicID: topicID, Msg: msg}
-				c.done(d)
 				touched[d.queue] = append(touched[d.queue], d.offset)
-				nd := &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
+				st.retry = &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
 					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1, msgID: d.msgID, trace: d.trace}
-				c.addRetry(nd)
-				d = nd
-			} else if d.leased {
-				heapRemove(&c.leases, d)
 			}
-			d.ready, d.dueMs = false, due
-			parked.DueMs, parked.Attempt, parked.Reason = due, d.attempt, reason
+			parked.DueMs, parked.Attempt, parked.Reason = st.dueMs, d.attempt, reason
 			p := parked
 			writes = append(writes, func(b Batch) {
 				b.PutParked(p)
 				b.PutTimer(p.DueMs, p.ID, ParkedRetry)
 			})
-			if firstDue == 0 || due < firstDue {
-				firstDue = due
+			if firstDue == 0 || st.dueMs < firstDue {
+				firstDue = st.dueMs
 			}
 		}
+		e.settled = append(e.settled, st)
 	}
-	// The next messages of orderly keys, freed lease slots, suspensions.
-	s.noteLocked(c)
+	for _, st := range e.settled {
+		st.d.settling = st.state()
+		if st.d.heapIndex >= 0 {
+			heapRemove(&c.leases, st.d) // no lease end or extend while it settles
+		}
+		// The next message of an orderly key, a freed lease slot or a
+		// suspension: what parked pulls may be waiting for.
+		if s.rec.Orderly || st.suspend || !st.d.isRetry() && c.queues[st.d.queue].capped {
+			e.wake = true
+		}
+	}
+	if len(e.settled) == 0 {
+		e = nil
+	}
 	var after func()
 	if firstDue > 0 {
 		after = func() { b.timerCommitted(firstDue) }
 	}
-	return s.queueWritesLocked(c.ackWrites(writes, touched), after), nil
+	return s.queueWritesLocked(c.ackWrites(writes, touched), e, after), nil
+}
+
+// state is the mark a delivery carries while its settlement is applied.
+func (st settlement) state() settleState {
+	switch {
+	case st.outcome != settleNack:
+		return settlingDone
+	case st.retry != nil:
+		return settlingRetry
+	default:
+		return settlingKeep
+	}
 }
 
 // readForSettle reads the full message of a delivery (and its parked record
@@ -342,7 +368,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	}
 	handles = distinctHandles(handles)
 	deadline := dueAfter(b.now(), invisible)
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	n := 0
 	var failed []HandleResult
@@ -458,12 +484,14 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 		return len(chosen), err
 	}
 	nowMs := b.now().UnixMilli()
-	s.mu.Lock()
+	s.lock()
 	if s.deleted {
 		s.mu.Unlock()
 		return 0, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, group)
 	}
 	writes := make([]func(Batch), 0, len(chosen))
+	var effects []*effect
+	byCursor := map[*cursor]*effect{}
 	redriven := 0
 	for _, d := range chosen {
 		c := s.byID[d.CursorID]
@@ -480,18 +508,31 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			b.DeleteDead(dead)
 			b.PutParked(p)
 		})
-		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, ready: true, dueMs: nowMs,
+		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, dueMs: nowMs,
 			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: strings.Clone(d.Msg.ID)}
 		if b.tel.tracing {
 			nd.trace = b.tel.event(parseTraceparent(d.Msg.Traceparent), SpanRedrive,
 				b.now(), append(messageAttrs(topicName, d.Msg), attribute.String("messaging.consumer.group.name", group))...)
 		}
-		c.addRetry(nd)
-		c.released = append(c.released, nd)
-		s.nDead--
+		e := byCursor[c]
+		if e == nil {
+			e = &effect{c: c, wake: true}
+			byCursor[c] = e
+			effects = append(effects, e)
+		}
+		e.redriven = append(e.redriven, nd)
 		redriven++
 	}
-	req := s.queueWritesLocked(writes)
+	var req *request
+	if len(writes) > 0 {
+		req = &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
+		for _, e := range effects {
+			req.effects = append(req.effects, subEffect{s, e})
+		}
+		if err := b.enqueue(context.Background(), req); err != nil {
+			req.done <- err
+		}
+	}
 	s.mu.Unlock()
 	if req != nil {
 		if err := <-req.done; err != nil {

@@ -56,6 +56,12 @@ type subscription struct {
 	nDead     int64
 	pushState string // the push endpoint's breaker, as the pusher reports it
 
+	// effects are the durable batches' changes not yet applied
+	// (effects.go); nEffects lets lock skip effectsMu when there are none.
+	effectsMu sync.Mutex
+	effects   []pendingEffect
+	nEffects  atomic.Int32
+
 	// notify is closed and replaced whenever new messages may be ready.
 	// Waiters load it before looking for messages, so no wake-up is missed.
 	notify atomic.Pointer[chan struct{}]
@@ -105,7 +111,7 @@ func (s *subscription) cursors() []*cursor {
 }
 
 func (s *subscription) growQueues(n int) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	for _, c := range s.byID {
 		c.growQueues(n)
@@ -151,7 +157,7 @@ func (s *subscription) wakeAtLocked(atMs int64) {
 }
 
 func (s *subscription) wakeTimerFired() {
-	s.mu.Lock()
+	s.lock()
 	s.wakeAtMs = 0
 	s.mu.Unlock()
 	s.wake()
@@ -178,14 +184,14 @@ func (b *Broker) stopWakeTimers() {
 	}
 	b.mu.RUnlock()
 	for _, s := range subs {
-		s.mu.Lock()
+		s.lock()
 		s.stopWakeTimerLocked()
 		s.mu.Unlock()
 	}
 }
 
 func (s *subscription) markDeleted() {
-	s.mu.Lock()
+	s.lock()
 	s.deleted = true
 	s.stopWakeTimerLocked()
 	s.mu.Unlock()
@@ -336,7 +342,7 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 		return SubscriptionInfo{}, false, fmt.Errorf("%w: %s", ErrTopicNotFound, topicName)
 	}
 	if existing != nil {
-		existing.mu.Lock()
+		existing.lock()
 		rec := *existing.rec
 		existing.mu.Unlock()
 		if rec.Mode != cfg.Mode || rec.Orderly != cfg.Orderly {
@@ -344,14 +350,12 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 				ErrModeConflict, topicName, group, rec.Mode, rec.Orderly)
 		}
 		rec.Filter, rec.MaxRetries, rec.RetryDelays, rec.Alerts, rec.Push = cfg.Filter, *cfg.MaxRetries, cfg.RetryDelays, cfg.Alerts, cfg.Push
-		if err := b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutSubscription(&rec) }}); err != nil {
+		f, _ := ParseFilter(rec.Filter)
+		req := &request{kind: reqAdmin, admin: func(batch Batch) { batch.PutSubscription(&rec) },
+			effects: []subEffect{{existing, &effect{rec: &rec, filter: f, wake: true}}}}
+		if err := b.submit(ctx, req); err != nil {
 			return SubscriptionInfo{}, false, err
 		}
-		f, _ := ParseFilter(rec.Filter)
-		existing.mu.Lock()
-		existing.rec, existing.filter = &rec, f
-		existing.mu.Unlock()
-		existing.wake()
 		return existing.info(), false, nil
 	}
 	rec := &SubscriptionRecord{
@@ -379,15 +383,16 @@ func (b *Broker) PutSubscription(ctx context.Context, topicName, group string, c
 		for i, start := range starts {
 			batch.PutAckWatermark(rec.ID, uint32(i), start)
 		}
+	}, after: func() {
+		b.mu.Lock()
+		b.lastSub = rec.ID
+		t.subs[group] = s
+		b.subsByID[rec.ID] = s
+		b.mu.Unlock()
 	}})
 	if err != nil {
 		return SubscriptionInfo{}, false, err
 	}
-	b.mu.Lock()
-	b.lastSub = rec.ID
-	t.subs[group] = s
-	b.subsByID[rec.ID] = s
-	b.mu.Unlock()
 	b.log.Info("subscription created", "topic", topicName, "group", group, "mode", rec.Mode, "orderly", rec.Orderly, "start_from", rec.StartFrom)
 	return s.info(), true, nil
 }
@@ -433,7 +438,7 @@ func (b *Broker) startOffset(t *topic, q *queue, from string) (uint64, error) {
 // member returns the cursor of a broadcast consumer, creating it (from the
 // subscription's startFrom) the first time the consumer pulls.
 func (b *Broker) member(ctx context.Context, s *subscription, consumerID string) (*cursor, error) {
-	s.mu.Lock()
+	s.lock()
 	c := s.members[consumerID]
 	s.mu.Unlock()
 	if c != nil {
@@ -441,7 +446,7 @@ func (b *Broker) member(ctx context.Context, s *subscription, consumerID string)
 	}
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
-	s.mu.Lock()
+	s.lock()
 	c, rec := s.members[consumerID], s.rec
 	s.mu.Unlock()
 	if c != nil {
@@ -462,21 +467,20 @@ func (b *Broker) member(ctx context.Context, s *subscription, consumerID string)
 		for i, start := range starts {
 			batch.PutAckWatermark(c.id, uint32(i), start)
 		}
-	}})
+	}, after: func() {
+		b.mu.Lock()
+		b.lastSub = c.id
+		b.subsByID[c.id] = s
+		b.mu.Unlock()
+	}, effects: []subEffect{{s, &effect{member: c}}}})
 	if err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	b.lastSub = c.id
-	b.subsByID[c.id] = s
-	b.mu.Unlock()
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	if s.deleted {
 		return nil, fmt.Errorf("%w: %s", ErrSubscriptionNotFound, rec.Group)
 	}
-	s.members[consumerID] = c
-	s.byID[c.id] = c
 	b.log.Info("broadcast consumer joined", "group", rec.Group, "consumer", consumerID)
 	return c, nil
 }
@@ -501,7 +505,7 @@ func isNotFound(err error) bool {
 // retriesOf lists the parked retries of a subscription's cursors, so that
 // deleting it deletes them too.
 func (s *subscription) retriesOf() (retries []*Parked, cursorIDs []uint32) {
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	for _, c := range s.byID {
 		cursorIDs = append(cursorIDs, c.id)
@@ -533,18 +537,18 @@ func (b *Broker) DeleteSubscription(ctx context.Context, topicName, group string
 		return err
 	}
 	retries, cursorIDs := s.retriesOf()
-	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { deleteSubscriptionWrites(batch, s, retries, cursorIDs) }})
+	err = b.submit(ctx, &request{kind: reqAdmin, admin: func(batch Batch) { deleteSubscriptionWrites(batch, s, retries, cursorIDs) }, after: func() {
+		b.mu.Lock()
+		delete(s.topic.subs, group)
+		for _, id := range cursorIDs {
+			delete(b.subsByID, id)
+		}
+		delete(b.subsByID, s.id)
+		b.mu.Unlock()
+	}, effects: []subEffect{{s, &effect{deleted: true, wake: true}}}})
 	if err != nil {
 		return err
 	}
-	b.mu.Lock()
-	delete(s.topic.subs, group)
-	for _, id := range cursorIDs {
-		delete(b.subsByID, id)
-	}
-	delete(b.subsByID, s.id)
-	b.mu.Unlock()
-	s.markDeleted()
 	b.log.Info("subscription deleted", "topic", topicName, "group", group)
 	return nil
 }
@@ -617,7 +621,7 @@ func (s *subscription) info() SubscriptionInfo {
 	topicName := s.topic.rec.Name
 	b.mu.RUnlock()
 	now := b.now()
-	s.mu.Lock()
+	s.lock()
 	defer s.mu.Unlock()
 	info := SubscriptionInfo{
 		Topic: topicName, Group: s.group, Config: *s.rec,
@@ -710,7 +714,7 @@ func (s *subscription) info() SubscriptionInfo {
 // SetPushState records the push endpoint's breaker state for stats.
 func (b *Broker) SetPushState(topicName, group, state string) {
 	if s, err := b.subscription(topicName, group); err == nil {
-		s.mu.Lock()
+		s.lock()
 		s.pushState = state
 		s.mu.Unlock()
 	}

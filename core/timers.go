@@ -203,7 +203,7 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
+	s.lock()
 	if c := s.byID[p.SubID]; c != nil {
 		d := c.deliveries[dkey{retryQueue, id}]
 		if d != nil && !d.leased && !d.ready && d.dueMs == due {
