@@ -297,7 +297,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	if counters != b.counters {
 		batch.PutCounters(counters)
 	}
-	if err := batch.Commit(!b.opts.NoSync, lone); err != nil {
+	if err := b.proposer.Propose(batch, lone); err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore
 		for _, q := range b.touched {

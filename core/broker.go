@@ -71,6 +71,11 @@ type Options struct {
 	// forge them. Empty means a random key for the broker's lifetime:
 	// then handles do not survive a restart.
 	ReceiptKey []byte
+	// Proposer makes each batch the broker commits durable; nil commits to
+	// the store (synced unless NoSync). A cluster's proposer hands
+	// batch.Repr() to raft and every replica applies it with
+	// Store.ApplyBatch, so replicas hold the leader's bytes.
+	Proposer Proposer
 }
 
 func (o *Options) withDefaults() {
@@ -109,9 +114,10 @@ func (o *Options) withDefaults() {
 // Broker is the single-node message broker. All methods are safe for
 // concurrent use.
 type Broker struct {
-	opts  Options
-	store Store
-	log   *slog.Logger
+	opts     Options
+	store    Store
+	proposer Proposer // commits every batch (Options.Proposer)
+	log      *slog.Logger
 
 	// adminMu serializes topic and subscription definition changes, which
 	// are rare; sends, pulls and acks never take it.
@@ -226,6 +232,7 @@ func New(store Store, opts Options) (*Broker, error) {
 	b := &Broker{
 		opts:       opts,
 		store:      store,
+		proposer:   opts.proposer(),
 		log:        opts.Logger.With("component", "broker"),
 		topics:     map[string]*topic{},
 		topicsByID: map[uint32]*topic{},
@@ -242,7 +249,7 @@ func New(store Store, opts Options) (*Broker, error) {
 	// A new epoch before anything is served: a receipt handle from before
 	// this start can never match a lease made after it.
 	b.epoch = snap.Epoch + 1
-	if err := commitEpoch(store, b.epoch); err != nil {
+	if err := commitEpoch(store, opts.epochProposer(), b.epoch); err != nil {
 		return nil, fmt.Errorf("core: epoch: %w", err)
 	}
 	b.receipts = newReceiptSealer(opts.ReceiptKey)
@@ -323,11 +330,11 @@ func New(store Store, opts Options) (*Broker, error) {
 	return b, nil
 }
 
-func commitEpoch(store Store, epoch uint64) error {
+func commitEpoch(store Store, p Proposer, epoch uint64) error {
 	batch := store.NewBatch()
 	defer batch.Close()
 	batch.PutEpoch(epoch)
-	return batch.Commit(true, true)
+	return p.Propose(batch, true)
 }
 
 // StopPolling answers every parked long poll at once (with what it has:

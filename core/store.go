@@ -37,6 +37,10 @@ type Store interface {
 	ScanIndex(topicID uint32, kind byte, hash uint64, fromBucket, toBucket uint32, afterBucket uint32, afterSeq uint64, fn func(bucket uint32, seq uint64) bool) error
 	// ScanHistory calls fn for the delivery history of one message.
 	ScanHistory(topicID, queueID uint32, offset uint64, fn func(*HistoryRecord) bool) error
+	// ApplyBatch applies a batch encoded by Batch.Repr, durably when sync
+	// is set. It reads nothing and decides nothing: a replica applying the
+	// leader's batches in commit order holds the leader's keys and values.
+	ApplyBatch(repr []byte, sync bool) error
 	// Close flushes and closes the store. It is idempotent.
 	Close() error
 }
@@ -117,10 +121,15 @@ type Batch interface {
 	PutCounters(c Counters)
 	// PutMember records a broadcast consumer's cursor id.
 	PutMember(subID uint32, consumerID string, cursorID uint32)
-	// DeleteCursor removes a cursor's watermarks and acks.
+	// DeleteCursor removes a cursor's watermarks, acks and attempts.
 	DeleteCursor(cursorID uint32)
-	// DeleteCursorQueue removes a cursor's acks in one queue (seek).
+	// DeleteCursorQueue removes a cursor's acks and attempts in one queue
+	// (seek).
 	DeleteCursorQueue(cursorID, queueID uint32)
+	// PutAttempt records a delivery's failed attempts and suspension;
+	// DeleteAttempt drops it once the delivery is done.
+	PutAttempt(r AttemptRecord)
+	DeleteAttempt(cursorID, queueID uint32, offset uint64)
 	PutParked(p *Parked)
 	DeleteParked(p *Parked)
 	// PutTimer indexes a parked message under its due time.
@@ -141,6 +150,9 @@ type Batch interface {
 	CutLog(seq uint64)
 	// Len reports the encoded size so far, for batch size caps.
 	Len() int
+	// Repr returns the batch encoded, for Store.ApplyBatch on a replica. It
+	// is valid until Commit or Close; whoever keeps it longer copies it.
+	Repr() []byte
 	// Commit makes the batch durable (sync) or merely applied (!sync).
 	// alone says the commit answers one caller, committing on its own
 	// goroutine with nothing queued behind it: a hint the store may use to
@@ -205,6 +217,23 @@ type Snapshot struct {
 	DeadCounts map[uint32]int64
 	// Dedup holds the remembered sends, oldest first.
 	Dedup []*DedupRecord
+	// Attempts holds every AttemptRecord keyed by cursor id, in (queue,
+	// offset) order.
+	Attempts map[uint32][]AttemptRecord
+}
+
+// RetryQueue is the queue id of a parked retry's delivery: its offset is
+// the parked record's id.
+const RetryQueue = ^uint32(0)
+
+// AttemptRecord is a delivery's durable progress: the failed attempts of a message not yet
+// done (lease expiries, orderly nacks) and, for an orderly key, when its suspension ends.
+type AttemptRecord struct {
+	CursorID uint32
+	QueueID  uint32 // RetryQueue for a parked retry, whose Offset is the parked record's id
+	Offset   uint64
+	Attempt  int
+	DueMs    int64 // end of an orderly suspension; 0: none
 }
 
 // MemberRecord names the cursor of one consumer of a broadcast subscription.

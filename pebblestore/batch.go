@@ -96,6 +96,14 @@ func (s *Store) NewBatch() core.Batch {
 
 func (b *batch) Len() int { return b.b.Len() + len(b.index) }
 
+// Repr implements core.Batch: the waiting index entries go into the batch
+// first, so the bytes hold every write. Pebble reuses them once the batch
+// is committed or closed.
+func (b *batch) Repr() []byte {
+	b.flushIndex()
+	return b.b.Repr()
+}
+
 // Commit implements core.Batch. A synced commit that core says is alone
 // (one caller waiting on its own goroutine, nothing queued behind it)
 // waits for its WAL sync by polling when syncs may spin, since then nobody

@@ -30,7 +30,7 @@ func (b *batch) PutMember(subID uint32, consumerID string, cursorID uint32) {
 }
 
 func (b *batch) DeleteCursor(cursorID uint32) {
-	for _, p := range []byte{prefixWatermark, prefixAck} {
+	for _, p := range []byte{prefixWatermark, prefixAck, prefixAttempt} {
 		lo, hi := prefixRange(id32Prefix(p, cursorID))
 		b.deleteRange(lo, hi)
 	}
@@ -39,6 +39,9 @@ func (b *batch) DeleteCursor(cursorID uint32) {
 func (b *batch) DeleteCursorQueue(cursorID, queueID uint32) {
 	lo := ackKey(cursorID, queueID, 0)
 	b.deleteRange(lo, ackKey(cursorID, queueID+1, 0))
+	// prefixRange, not queueID+1: the retry queue's id is the largest u32.
+	lo, hi := prefixRange(attemptKey(nil, cursorID, queueID, 0)[:9])
+	b.deleteRange(lo, hi)
 }
 
 func (s *Store) loadMembers(snap *core.Snapshot) error {

@@ -8,10 +8,12 @@
 // the time index, queue positions), index.go (secondary indexes), parked.go
 // (retries, delayed sends and their timers), dead.go (dead letters),
 // dedup.go (remembered sends), history.go (delivery history), consumers.go
-// (acks and broadcast members). keys.go defines every key; record.go the message record;
-// format.go the layout's version; batch.go and store.go what the families
-// share. The storage tricks (below) are walsync.go, fsyncring_*.go and
-// walspare.go, their gauges metrics.go.
+// (acks and broadcast members), attempts.go (delivery attempts). keys.go
+// defines every key; record.go the message record; format.go the layout's
+// version; batch.go and store.go what the families share; replica.go
+// applying encoded batches, checkpoints and fingerprints. The storage
+// tricks (below) are walsync.go, fsyncring_*.go and walspare.go, their
+// gauges metrics.go.
 //
 // # Key layout
 //
@@ -36,6 +38,7 @@
 //	H       H topicID queueID offset cursorID attempt     delivery history: consumer, deliveredAt, outcome, reason, settledAt
 //	C       C cursorID queueID                            acked watermark u64
 //	A       A cursorID queueID offset                     ∅ (an ack above the watermark)
+//	F       F cursorID queueID offset                     delivery attempts: failed attempts uvarint, orderly suspension end ms varint (queue 0xffffffff: a parked retry, offset = its R id)
 //	R       R id                                          parked retry: header + message record
 //	P       P id                                          parked delayed send: header + message record
 //	D       D dueMs id                                    kind u8 (timer of an R or P record)
@@ -91,6 +94,13 @@
 //     (old index entries never name a new message), store times stay
 //     monotonic when the wall clock steps back, and no id is given twice.
 //     It is one 24-byte key per commit.
+//   - Every write after Open's format key (mV, written once at creation)
+//     goes through a core.Batch, so a batch's Repr is the whole of a
+//     commit: a store created empty that applies another's batches in
+//     commit order (Store.ApplyBatch) holds the same keys and values, which
+//     Store.Fingerprint compares. Applying reads nothing and decides
+//     nothing. Delivery attempts (F) are stored so that a replica taking
+//     over counts them on.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

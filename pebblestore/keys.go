@@ -21,6 +21,7 @@ const (
 	prefixHistory   = 'H' // H topicID queueID offset cursorID id → delivery
 	prefixWatermark = 'C' // C cursorID queueID → acked watermark
 	prefixAck       = 'A' // A cursorID queueID offset → ∅
+	prefixAttempt   = 'F' // F cursorID queueID offset → failed attempts, suspension end
 	prefixMember    = 'M' // M subID consumerID → cursor id
 	prefixRetry     = 'R' // R id → parked retry
 	prefixDelayed   = 'P' // P id → parked delayed send
@@ -115,6 +116,18 @@ func ackKey(subID, queueID uint32, offset uint64) []byte {
 	k = be.AppendUint32(k, queueID)
 	return be.AppendUint64(k, offset)
 }
+
+// attemptKey is F cursorID queueID offset: a cursor's records, and each of
+// its queues', are contiguous, so deleting either is one range tombstone.
+func attemptKey(dst []byte, cursorID, queueID uint32, offset uint64) []byte {
+	dst = append(dst[:0], prefixAttempt)
+	dst = be.AppendUint32(dst, cursorID)
+	dst = be.AppendUint32(dst, queueID)
+	return be.AppendUint64(dst, offset)
+}
+
+// attemptKeyLen is the length of an attemptKey.
+const attemptKeyLen = 17
 
 func memberKey(subID uint32, consumerID string) []byte {
 	return append(id32Prefix(prefixMember, subID), consumerID...)

@@ -30,7 +30,7 @@ func (b *batch) DeleteTopic(t *core.TopicRecord) {
 func (b *batch) PutSubscription(s *core.SubscriptionRecord) { b.setJSON(subKey(s.ID), s) }
 
 func (b *batch) DeleteSubscription(s *core.SubscriptionRecord) {
-	for _, p := range []byte{prefixWatermark, prefixAck, prefixDead, prefixMember} {
+	for _, p := range []byte{prefixWatermark, prefixAck, prefixAttempt, prefixDead, prefixMember} {
 		lo, hi := prefixRange(id32Prefix(p, s.ID))
 		b.deleteRange(lo, hi)
 	}
