@@ -312,13 +312,18 @@ func New(store Store, opts Options) (*Broker, error) {
 		// A retry already due was made ready before the restart, or is
 		// about to be: either way it is ready now. A later one waits for
 		// its timer, which is still in the index.
-		d := &delivery{queue: retryQueue, offset: p.ID, attempt: p.Attempt, dueMs: p.DueMs, heapIndex: -1,
+		d := &delivery{queue: RetryQueue, offset: p.ID, attempt: p.Attempt, dueMs: p.DueMs, heapIndex: -1,
 			origQueue: p.Msg.QueueID, origOffset: p.Msg.Offset}
 		if p.DueMs <= nowMs {
 			d.ready = true
 			c.released = append(c.released, d)
 		}
 		c.addRetry(d)
+	}
+	for id, recs := range snap.Attempts {
+		if s := b.subsByID[id]; s != nil && s.byID[id] != nil {
+			s.byID[id].restoreAttempts(recs)
+		}
 	}
 	b.restoreDedup(snap.Dedup, nowMs)
 	if b.tel, err = newTelemetry(b, opts.TracerProvider, opts.MeterProvider); err != nil {

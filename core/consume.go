@@ -200,7 +200,7 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, bool, error)
 		c.rr = (c.rr + 1) % n
 	}
 	for _, l := range out {
-		if l.queue != retryQueue {
+		if l.queue != RetryQueue {
 			seen.queues[l.queue] = true
 		}
 	}
@@ -244,6 +244,16 @@ func (s *subscription) expireLocked(c *cursor, w *leaseWork) {
 		// attempt of its own (the lease is already gone).
 		h := s.history(c, d, OutcomeLeaseExpired, "lease expired", w.nowMs)
 		writes = append(writes, func(b Batch) { b.PutHistory(h) })
+		if !slices.Contains(dead, d) {
+			// The failed attempt (and an orderly key's suspension) outlives
+			// a restart or a change of leader.
+			rec := AttemptRecord{CursorID: c.id, QueueID: d.queue, Offset: d.offset, Attempt: d.attempt}
+			if d.suspended {
+				rec.DueMs = d.deadline
+			}
+			d.recorded = true
+			writes = append(writes, func(b Batch) { b.PutAttempt(rec) })
+		}
 	}
 	// The appender logs a failed commit; nobody waits for this one.
 	if _, err := s.settleLocked(c, dead, settleDead, "lease expired", -1, w.nowMs, writes); err != nil {
@@ -315,7 +325,7 @@ func (b *Broker) readAllLeased(got []leased) ([]*Message, error) {
 	out := make([]*Message, len(got))
 	order := make([]int, 0, len(got))
 	for i, l := range got {
-		if l.queue != retryQueue {
+		if l.queue != RetryQueue {
 			order = append(order, i)
 			continue
 		}
@@ -341,7 +351,7 @@ func (b *Broker) readAllLeased(got []leased) ([]*Message, error) {
 }
 
 func (b *Broker) readLeased(l leased) (*Message, error) {
-	if l.queue != retryQueue {
+	if l.queue != RetryQueue {
 		return b.store.ReadMessage(l.seq)
 	}
 	p, err := b.store.ReadParked(ParkedRetry, l.offset)
@@ -421,11 +431,11 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 	// say nothing about this run's leases.
 	before := r.epoch < s.b.epoch
 	c := s.byID[r.subID]
-	if c == nil || (int(r.queueID) >= len(c.queues) && r.queueID != retryQueue) {
+	if c == nil || (int(r.queueID) >= len(c.queues) && r.queueID != RetryQueue) {
 		return nil, nil, ErrReceiptInvalid
 	}
 	d := c.deliveries[dkey{r.queueID, r.offset}]
-	if d == nil && r.queueID == retryQueue {
+	if d == nil && r.queueID == RetryQueue {
 		// A settled retry: acked, dead, or parked again.
 		return c, nil, errAlreadyDone
 	}

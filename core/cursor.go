@@ -29,10 +29,6 @@ type cursor struct {
 	readyNow bool
 }
 
-// retryQueue is the queue id of deliveries of parked retries; their offset
-// is the parked record's id.
-const retryQueue = ^uint32(0)
-
 type dkey struct {
 	queue  uint32
 	offset uint64
@@ -55,7 +51,10 @@ type delivery struct {
 	suspended  bool
 	ready      bool // in cursor.released
 	// settling marks a decided settlement not yet applied (effects.go).
-	settling   settleState
+	settling settleState
+	// recorded says an AttemptRecord of it is stored (or decided), to be
+	// deleted when it is done.
+	recorded   bool
 	dueMs      int64 // parked retries: when the timer makes it ready
 	consumer   string
 	leasedAtMs int64
@@ -67,7 +66,7 @@ type delivery struct {
 	trace trace.SpanContext
 }
 
-func (d *delivery) isRetry() bool { return d.queue == retryQueue }
+func (d *delivery) isRetry() bool { return d.queue == RetryQueue }
 
 type subQueue struct {
 	id    uint32
@@ -80,6 +79,9 @@ type subQueue struct {
 	preAcked map[uint64]bool
 	// durableAcks are acks above the persisted watermark that are on disk.
 	durableAcks map[uint64]bool
+	// attempts holds the stored progress of offsets above the watermark
+	// not handed out since the start: the scan gives it back to them.
+	attempts    map[uint64]AttemptRecord
 	persistedWM uint64
 	// capped is set when a scan stopped at the lease cap: the next done
 	// makes room for a message the parked pulls may take.
@@ -128,6 +130,31 @@ func (c *cursor) restore(n int, acks []QueueAcks) {
 	}
 }
 
+// restoreAttempts gives the cursor the attempts stored for its
+// deliveries: parked retries at once, queue offsets when the scan reaches
+// them. Records below the watermark are stale (the offset is done).
+func (c *cursor) restoreAttempts(recs []AttemptRecord) {
+	for _, r := range recs {
+		if r.QueueID == RetryQueue {
+			if d := c.deliveries[dkey{RetryQueue, r.Offset}]; d != nil {
+				d.attempt, d.recorded = max(d.attempt, r.Attempt), true
+			}
+			continue
+		}
+		if int(r.QueueID) >= len(c.queues) {
+			continue
+		}
+		sq := c.queues[r.QueueID]
+		if r.Offset < sq.acked || sq.preAcked[r.Offset] {
+			continue
+		}
+		if sq.attempts == nil {
+			sq.attempts = map[uint64]AttemptRecord{}
+		}
+		sq.attempts[r.Offset] = r
+	}
+}
+
 // leaseWork is what one pull asks of a cursor.
 type leaseWork struct {
 	max       int
@@ -172,6 +199,11 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		// Retention removed messages this cursor never got.
 		sq.next = minOff
 		c.advance(sq)
+		for o := range sq.attempts {
+			if o < minOff {
+				delete(sq.attempts, o)
+			}
+		}
 	}
 	visible := q.next.Load()
 	if sq.next >= visible {
@@ -208,10 +240,14 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 				return sq.nOut < w.maxLeases
 			}
 		}
-		d := newQueueDelivery(sq.id, e)
+		d, dueMs := sq.newDelivery(e)
 		c.deliveries[dkey{sq.id, e.Offset}] = d
 		if w.orderly {
 			sq.keys[e.KeyHash] = &keyState{head: d}
+		}
+		if dueMs > w.nowMs {
+			c.suspend(d, dueMs) // its key was suspended before the restart
+			return sq.nOut < w.maxLeases
 		}
 		out = c.take(s, w, d, out)
 		return len(out) < w.max && sq.nOut < w.maxLeases
@@ -227,6 +263,20 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 func newQueueDelivery(queueID uint32, e IndexEntry) *delivery {
 	return &delivery{queue: queueID, offset: e.Offset, seq: e.Seq, keyHash: e.KeyHash,
 		origQueue: queueID, origOffset: e.Offset, heapIndex: -1}
+}
+
+// newDelivery makes the delivery of an index entry, with the attempts
+// stored for it before the start and the end of its key's suspension
+// (0: none).
+func (sq *subQueue) newDelivery(e IndexEntry) (*delivery, int64) {
+	d := newQueueDelivery(sq.id, e)
+	rec, ok := sq.attempts[e.Offset]
+	if !ok {
+		return d, 0
+	}
+	delete(sq.attempts, e.Offset)
+	d.attempt, d.recorded = rec.Attempt, true
+	return d, rec.DueMs
 }
 
 // advance moves the watermark to the lowest outstanding offset.
@@ -320,10 +370,14 @@ func (c *cursor) done(d *delivery) {
 		}
 		e := ks.waiting[0]
 		ks.waiting = ks.waiting[1:]
-		nd := newQueueDelivery(sq.id, e)
+		nd, dueMs := sq.newDelivery(e)
 		c.deliveries[dkey{sq.id, e.Offset}] = nd
 		ks.head = nd
-		c.makeReady(nd)
+		if dueMs > 0 {
+			c.suspend(nd, dueMs) // the next lease-end check makes it ready once due
+		} else {
+			c.makeReady(nd)
+		}
 	}
 }
 
@@ -431,7 +485,7 @@ var _ heap.Interface = (*leaseHeap)(nil)
 
 // addRetry tracks a parked retry delivery.
 func (c *cursor) addRetry(d *delivery) {
-	c.deliveries[dkey{retryQueue, d.offset}] = d
+	c.deliveries[dkey{RetryQueue, d.offset}] = d
 	c.retryOf[dkey{d.origQueue, d.origOffset}] = d
 	c.nRetry++
 }

@@ -181,7 +181,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 			live = d
 		} else {
 			for k, d := range c.deliveries {
-				if k.queue == retryQueue && d.origQueue == m.QueueID && d.origOffset == m.Offset {
+				if k.queue == RetryQueue && d.origQueue == m.QueueID && d.origOffset == m.Offset {
 					live = d
 					break
 				}

@@ -805,7 +805,7 @@ func TestRegressionLeaseExpiryToDLQLosesHistory(t *testing.T) {
 // the same mistake (lookupLocked: "Nacked (orderly): the handle is spent").
 //
 // Cause (core/consume.go lookupLocked): the nack acked the queue offset
-// (c.done) and moved the message to retryQueue, so the handle's offset is
+// (c.done) and moved the message to RetryQueue, so the handle's offset is
 // below the cursor and lookupLocked returns errAlreadyDone, which settle
 // counts as a successful (repeated) ack.
 //

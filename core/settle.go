@@ -246,6 +246,13 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			writes = append(writes, func(b Batch) { b.PutHistory(h) })
 		}
 		st := settlement{d: d, outcome: outcome}
+		if d.recorded {
+			// Done, parked as a retry (which keeps its attempts) or
+			// recorded anew below: the record has served.
+			d.recorded = false
+			id, qid, off := c.id, d.queue, d.offset
+			writes = append(writes, func(b Batch) { b.DeleteAttempt(id, qid, off) })
+		}
 		switch outcome {
 		case settleAck:
 			if d.isRetry() {
@@ -275,6 +282,9 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				// Orderly: the message keeps its place and suspends its
 				// key alone; other keys keep flowing.
 				st.suspend = true
+				rec := AttemptRecord{CursorID: c.id, QueueID: d.queue, Offset: d.offset, Attempt: d.attempt, DueMs: st.dueMs}
+				d.recorded = true
+				writes = append(writes, func(b Batch) { b.PutAttempt(rec) })
 				e.settled = append(e.settled, st)
 				continue
 			}
@@ -283,7 +293,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 				// acked) and lives on as a parked retry of this cursor.
 				parked = &Parked{ID: b.ids.Add(1), Kind: ParkedRetry, SubID: c.id, TopicID: topicID, Msg: msg}
 				touched[d.queue] = append(touched[d.queue], d.offset)
-				st.retry = &delivery{queue: retryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
+				st.retry = &delivery{queue: RetryQueue, offset: parked.ID, attempt: d.attempt, consumer: d.consumer,
 					origQueue: d.origQueue, origOffset: d.origOffset, heapIndex: -1, msgID: d.msgID, trace: d.trace}
 			}
 			parked.DueMs, parked.Attempt, parked.Reason = st.dueMs, d.attempt, reason
@@ -508,7 +518,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 			b.DeleteDead(dead)
 			b.PutParked(p)
 		})
-		nd := &delivery{queue: retryQueue, offset: p.ID, heapIndex: -1, dueMs: nowMs,
+		nd := &delivery{queue: RetryQueue, offset: p.ID, heapIndex: -1, dueMs: nowMs,
 			origQueue: d.Msg.QueueID, origOffset: d.Msg.Offset, msgID: strings.Clone(d.Msg.ID)}
 		if b.tel.tracing {
 			nd.trace = b.tel.event(parseTraceparent(d.Msg.Traceparent), SpanRedrive,

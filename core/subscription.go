@@ -510,7 +510,7 @@ func (s *subscription) retriesOf() (retries []*Parked, cursorIDs []uint32) {
 	for _, c := range s.byID {
 		cursorIDs = append(cursorIDs, c.id)
 		for k := range c.deliveries {
-			if k.queue == retryQueue {
+			if k.queue == RetryQueue {
 				retries = append(retries, &Parked{ID: k.offset, Kind: ParkedRetry})
 			}
 		}

@@ -205,7 +205,7 @@ func (b *Broker) fireRetry(id uint64, due int64) {
 	}
 	s.lock()
 	if c := s.byID[p.SubID]; c != nil {
-		d := c.deliveries[dkey{retryQueue, id}]
+		d := c.deliveries[dkey{RetryQueue, id}]
 		if d != nil && !d.leased && !d.ready && d.dueMs == due {
 			c.makeReady(d)
 			if !d.trace.IsValid() {
