@@ -504,3 +504,7 @@ func flattenState(st State) (leaves, parents map[string]string) {
 	}
 	return leaves, parents
 }
+
+// RaceEnabled reports whether the race detector is on, for tests that
+// bound their work by it.
+const RaceEnabled = raceEnabled
