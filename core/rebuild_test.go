@@ -55,10 +55,18 @@ func rebuildSeeds(t *testing.T) []uint64 {
 	return []uint64{1, 2, 3, 4, 5, 6}
 }
 
+var knownDiffPatterns = func() []*regexp.Regexp {
+	out := make([]*regexp.Regexp, len(knownDiffs))
+	for i, k := range knownDiffs {
+		out[i] = regexp.MustCompile(k.pattern)
+	}
+	return out
+}()
+
 // knownDiff returns the knownDiffs entry d matches, or -1.
 func knownDiff(d string) int {
-	for i, k := range knownDiffs {
-		if regexp.MustCompile(k.pattern).MatchString(d) {
+	for i, re := range knownDiffPatterns {
+		if re.MatchString(d) {
 			return i
 		}
 	}
@@ -69,12 +77,21 @@ func knownDiff(d string) int {
 // points, rebuilds a broker from a crash copy of the store and compares
 // its logical state with the running broker's.
 func TestRebuiltBrokerEqualsRunning(t *testing.T) {
+	matched := make([]bool, len(knownDiffs))
 	for _, seed := range rebuildSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("seed %d (replay with -rebuild.seed=%d)", seed, seed)
 			w := newRebuildWorkload(t, seed)
 			w.run(1500)
+			for i := range w.known {
+				matched[i] = true
+			}
 		})
+	}
+	for i, ok := range matched {
+		if !ok {
+			t.Logf("knownDiffs entry %q matched nothing this run (the broker's own timer loop varies a seed's run a little): delete it if core keeps that state now (%s)", knownDiffs[i].pattern, knownDiffs[i].reason)
+		}
 	}
 }
 
@@ -476,6 +493,7 @@ func (w *rebuildWorkload) quiesce() (core.State, vfs.FS) {
 		if len(d) == 0 {
 			return before, clone
 		}
+		w.ops["quiesce again"]++
 		if try == 5 {
 			w.t.Fatalf("seed %d step %d: the running broker kept changing with the clock frozen:\n%s", w.seed, w.step, strings.Join(d, "\n"))
 		}
