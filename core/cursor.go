@@ -229,6 +229,9 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 			delete(sq.preAcked, e.Offset)
 			return true
 		}
+		if sq.out.has(e.Offset) || sq.durableAcks[e.Offset] {
+			return true // read again after a filter change: outstanding, or acked
+		}
 		if !w.filter.mayMatch(e.TagHash) {
 			return true
 		}

@@ -115,6 +115,9 @@ func (s *subscription) catchUpLocked() {
 		}
 	}
 	for _, c := range noted {
+		// Applying may move a watermark past offsets a scan skipped
+		// meanwhile, which no decided write holds yet.
+		s.persistSkippedLocked(c)
 		s.noteLocked(c)
 	}
 }
@@ -174,6 +177,17 @@ func (s *subscription) applyLocked(e *effect) {
 		s.byID[m.id] = m
 	}
 	if e.rec != nil {
+		if e.rec.Filter != s.rec.Filter {
+			// Offsets the old filter skipped above an outstanding one are
+			// done only in memory: like a restart, read on from the
+			// watermark, passing what is outstanding or acked.
+			for _, c := range s.byID {
+				for _, sq := range c.queues {
+					sq.next = sq.acked
+				}
+				c.readyNow = true
+			}
+		}
 		s.rec, s.filter = e.rec, e.filter
 	}
 	if e.growTo > 0 {

@@ -46,7 +46,7 @@ func SettleDue(b *Broker) {
 	}
 	b.mu.RUnlock()
 	for _, s := range subs {
-		s.mu.Lock()
+		s.lock()
 		for _, c := range s.cursors() {
 			w := &leaseWork{
 				nowMs: now.UnixMilli(), now: now, orderly: s.rec.Orderly, filter: s.filter,
@@ -188,7 +188,8 @@ type DelayedState struct {
 // since it was restored: the attempts already settled and, for an orderly
 // key, when its retry delay ends. Restored cursors know nothing of either.
 func unscannedProgress(sq *subQueue, o uint64) (attempts int, dueMs int64) {
-	return 0, 0
+	r := sq.attempts[o]
+	return r.Attempt, r.DueMs
 }
 
 // LogicalState reads a broker's logical state at nowMs. The caller keeps
@@ -251,7 +252,7 @@ func LogicalState(b *Broker, nowMs int64) (State, error) {
 
 	for _, ref := range subs {
 		s := ref.s
-		s.mu.Lock()
+		s.lock()
 		ss, err := subState(b, ref.topic, s, topicQueues[s.rec.TopicID], nowMs, armed)
 		s.mu.Unlock()
 		if err != nil {
@@ -337,7 +338,7 @@ func cursorState(b *Broker, s *subscription, c *cursor, queues []*queue, nowMs i
 						}
 					}
 					qs.Pending = append(qs.Pending, p)
-				case o >= sq.next && !sq.preAcked[o] && s.filter.mayMatch(e.TagHash):
+				case o >= sq.next && !sq.preAcked[o] && !sq.durableAcks[o] && s.filter.mayMatch(e.TagHash):
 					attempts, due := unscannedProgress(sq, o)
 					p := PendingState{Offset: o, Attempts: attempts}
 					if s.rec.Orderly && due > nowMs {
