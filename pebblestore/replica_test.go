@@ -46,12 +46,6 @@ func (o *observer) Propose(b core.Batch, alone bool) error {
 	return nil
 }
 
-func (o *observer) commits() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
-
 type testClock struct {
 	mu  sync.Mutex
 	now time.Time
