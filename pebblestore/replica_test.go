@@ -342,7 +342,7 @@ func TestFollowerAppliesBatchesByteIdentical(t *testing.T) {
 			obs.mu.Lock()
 			leader = store // the comparison after the next commit covers the epoch's
 			obs.mu.Unlock()
-			rounds := 90
+			rounds := 60
 			if drop > 0 {
 				rounds = 3
 			}
