@@ -226,14 +226,17 @@ type Snapshot struct {
 // the parked record's id.
 const RetryQueue = ^uint32(0)
 
-// AttemptRecord is a delivery's durable progress: the failed attempts of a message not yet
-// done (lease expiries, orderly nacks) and, for an orderly key, when its suspension ends.
+// AttemptRecord is a delivery's durable progress: the failed attempts of a
+// message not yet done (lease expiries, orderly nacks) and, for an orderly
+// key, when its suspension ends.
 type AttemptRecord struct {
 	CursorID uint32
-	QueueID  uint32 // RetryQueue for a parked retry, whose Offset is the parked record's id
-	Offset   uint64
-	Attempt  int
-	DueMs    int64 // end of an orderly suspension; 0: none
+	// QueueID is RetryQueue for a parked retry, whose Offset is the parked
+	// record's id.
+	QueueID uint32
+	Offset  uint64
+	Attempt int
+	DueMs   int64 // end of an orderly suspension; 0: none
 }
 
 // MemberRecord names the cursor of one consumer of a broadcast subscription.

@@ -37,11 +37,12 @@ func (b *batch) DeleteCursor(cursorID uint32) {
 }
 
 func (b *batch) DeleteCursorQueue(cursorID, queueID uint32) {
-	lo := ackKey(cursorID, queueID, 0)
-	b.deleteRange(lo, ackKey(cursorID, queueID+1, 0))
-	// prefixRange, not queueID+1: the retry queue's id is the largest u32.
-	lo, hi := prefixRange(attemptKey(nil, cursorID, queueID, 0)[:9])
-	b.deleteRange(lo, hi)
+	// The ranges of the key prefix (cursor, queue), not up to queueID+1:
+	// the retry queue's id is the largest u32, and queueID+1 would wrap.
+	for _, prefix := range [][]byte{ackKey(cursorID, queueID, 0)[:9], attemptKey(nil, cursorID, queueID, 0)[:9]} {
+		lo, hi := prefixRange(prefix)
+		b.deleteRange(lo, hi)
+	}
 }
 
 func (s *Store) loadMembers(snap *core.Snapshot) error {

@@ -46,12 +46,6 @@ func (o *observer) Propose(b core.Batch, alone bool) error {
 	return nil
 }
 
-func (o *observer) commits() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
-
 type testClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -348,7 +342,7 @@ func TestFollowerAppliesBatchesByteIdentical(t *testing.T) {
 			obs.mu.Lock()
 			leader = store // the comparison after the next commit covers the epoch's
 			obs.mu.Unlock()
-			rounds := 90
+			rounds := 60
 			if drop > 0 {
 				rounds = 3
 			}
