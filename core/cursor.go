@@ -155,6 +155,17 @@ func (c *cursor) restoreAttempts(recs []AttemptRecord) {
 	}
 }
 
+// unexpireWrite takes back the failed attempt stored when d's lease ran
+// out (Extend revived the lease).
+func (c *cursor) unexpireWrite(d *delivery) func(Batch) {
+	rec := AttemptRecord{CursorID: c.id, QueueID: d.queue, Offset: d.offset, Attempt: d.attempt - 1}
+	if rec.Attempt > 0 {
+		return func(b Batch) { b.PutAttempt(rec) }
+	}
+	d.recorded = false
+	return func(b Batch) { b.DeleteAttempt(rec.CursorID, rec.QueueID, rec.Offset) }
+}
+
 // leaseWork is what one pull asks of a cursor.
 type leaseWork struct {
 	max       int

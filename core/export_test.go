@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,7 +29,34 @@ func WakeTimerOf(b *Broker, topic, group string) func() (armed, pending bool) {
 // them. A pull's side writes (expiries, skipped watermarks) are queued
 // without anyone waiting for them.
 func Flush(b *Broker) error {
-	return b.submit(context.Background(), &request{kind: reqWrite})
+	// Applying the effects handed over may queue writes of its own (a
+	// watermark the applied settlements moved): commit, apply, and again
+	// until no effect waits.
+	for range 10 {
+		if err := b.submit(context.Background(), &request{kind: reqWrite}); err != nil {
+			return err
+		}
+		b.mu.RLock()
+		var subs []*subscription
+		for _, t := range b.topics {
+			for _, s := range t.subs {
+				subs = append(subs, s)
+			}
+		}
+		b.mu.RUnlock()
+		pending := false
+		for _, s := range subs {
+			if s.nEffects.Load() > 0 {
+				pending = true
+				s.lock()
+				s.mu.Unlock()
+			}
+		}
+		if !pending {
+			return nil
+		}
+	}
+	return errors.New("effects keep coming")
 }
 
 // SettleDue does at the clock's now what the broker does lazily or on its

@@ -383,6 +383,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	n := 0
 	var failed []HandleResult
 	var touched []*cursor
+	var revived []func(Batch)
 	for _, h := range handles {
 		c, d, err := s.lookupLocked(queues, h)
 		if errors.Is(err, errAlreadyDone) || errors.Is(err, errPreRestart) {
@@ -399,8 +400,13 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 		if d.leased {
 			heapFix(&c.leases, d)
 		} else {
+			// The consumer still holds the attempt whose lease ran out: it
+			// was not a failed one after all.
 			d.ready, d.leased = false, true
 			heapPush(&c.leases, d)
+			if d.recorded {
+				revived = append(revived, c.unexpireWrite(d))
+			}
 		}
 		if !slices.Contains(touched, c) {
 			touched = append(touched, c)
@@ -411,6 +417,9 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	for _, c := range touched {
 		s.noteLocked(c)
 	}
+	// Nobody waits for the record to be taken back: a restart before it
+	// lands counts the attempt as failed, as it was when the lease ran out.
+	s.queueWritesLocked(revived, nil, nil)
 	return n, failed, nil
 }
 
