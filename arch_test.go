@@ -2,8 +2,13 @@ package tidemq_test
 
 import (
 	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -98,6 +103,95 @@ func TestPackageDependenciesCanFail(t *testing.T) {
 		[]string{"github.com/cockroachdb/pebble", "net/http"}); !slices.Equal(got, []string{"github.com/cockroachdb/pebble", "net/http"}) {
 		t.Errorf("forbiddenDeps = %v", got)
 	}
+}
+
+// TestBrokerInterfaces holds gateway and webhook to the broker interfaces
+// they declare: their non-test code names no *core.Broker, so a cluster's
+// routing broker can stand behind them. An import rule cannot say this,
+// since both packages rightly import core for its types.
+func TestBrokerInterfaces(t *testing.T) {
+	lines := goList(t, "-e", "-f", "{{.Dir}}{{range .GoFiles}} {{.}}{{end}}", "./gateway/...", "./webhook/...")
+	files := 0
+	for _, line := range lines {
+		fields := strings.Fields(line)
+		for _, name := range fields[1:] {
+			path := filepath.Join(fields[0], name)
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files++
+			for _, pos := range concreteBrokerUses(f) {
+				t.Errorf("%s: names *core.Broker; depend on the package's Broker interface instead", fset.Position(pos))
+			}
+		}
+	}
+	if files == 0 {
+		t.Fatal("no non-test Go files in gateway or webhook: the check is blind")
+	}
+}
+
+// TestBrokerInterfacesCanFail shows concreteBrokerUses finds *core.Broker
+// however core is imported, and only that.
+func TestBrokerInterfacesCanFail(t *testing.T) {
+	for _, c := range []struct {
+		src  string
+		want int
+	}{
+		{`package p; import "github.com/tidemq/tidemq/core"; type S struct{ b *core.Broker }`, 1},
+		{`package p; import c "github.com/tidemq/tidemq/core"; func New(b *c.Broker, bs []*c.Broker) {}`, 2},
+		{`package p; import "github.com/tidemq/tidemq/core"; var f = (*core.Broker).Send`, 1},
+		{`package p; import "github.com/tidemq/tidemq/core"; type Broker interface{ Send() }; var _ *core.Message; var b Broker`, 0},
+		{`package p; import core "example.com/other"; var b *core.Broker`, 0},
+	} {
+		f, err := parser.ParseFile(token.NewFileSet(), "p.go", c.src, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(concreteBrokerUses(f)); got != c.want {
+			t.Errorf("%s: %d uses found, want %d", c.src, got, c.want)
+		}
+	}
+}
+
+// concreteBrokerUses returns where f names *core.Broker: a pointer to the
+// selector Broker of whatever name f imports core under.
+func concreteBrokerUses(f *ast.File) []token.Pos {
+	coreName := ""
+	for _, imp := range f.Imports {
+		if p, err := strconv.Unquote(imp.Path.Value); err == nil && p == module+"/core" {
+			coreName = "core"
+			if imp.Name != nil {
+				coreName = imp.Name.Name
+			}
+		}
+	}
+	if coreName == "" || coreName == "_" {
+		return nil
+	}
+	var out []token.Pos
+	ast.Inspect(f, func(n ast.Node) bool {
+		star, ok := n.(*ast.StarExpr)
+		if !ok {
+			return true
+		}
+		x := star.X
+		for {
+			p, ok := x.(*ast.ParenExpr)
+			if !ok {
+				break
+			}
+			x = p.X
+		}
+		if sel, ok := x.(*ast.SelectorExpr); ok && sel.Sel.Name == "Broker" {
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == coreName {
+				out = append(out, star.Pos())
+			}
+		}
+		return true
+	})
+	return out
 }
 
 // forbiddenDeps returns each forbidden path (in the order given) that deps

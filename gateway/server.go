@@ -48,7 +48,7 @@ type Options struct {
 
 // Server is the HTTP front of a broker.
 type Server struct {
-	b        *core.Broker
+	b        Broker
 	opts     Options
 	log      *slog.Logger
 	mux      *chi.Mux
@@ -68,7 +68,7 @@ type Server struct {
 }
 
 // New builds the HTTP handler over a broker.
-func New(b *core.Broker, opts Options) (*Server, error) {
+func New(b Broker, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}

@@ -7,4 +7,8 @@
 // attempt, so an outage does not burn messages into the DLQ, and alerts
 // wait in the endpoint's bounded queue (the oldest dropped past it) until
 // it is back.
+//
+// The Pusher drives a Broker, the interface of the few operations it calls,
+// rather than *core.Broker, so that a cluster's routing broker can stand
+// behind it as behind the gateway.
 package webhook

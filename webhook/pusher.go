@@ -39,12 +39,32 @@ type PusherOptions struct {
 	MeterProvider  metric.MeterProvider
 }
 
+// Broker is what the Pusher drives: the few operations of *core.Broker it
+// calls to find push subscriptions and deliver their messages. A cluster's
+// routing broker implements it too. The methods mean what core.Broker's do.
+type Broker interface {
+	ListTopics() []core.TopicInfo
+	ListSubscriptions(topic string) ([]core.SubscriptionInfo, error)
+	// SetPushState records a subscription's breaker state for its stats.
+	SetPushState(topic, group, state string)
+
+	// Pull leases ready messages, parking up to req.Wait for the first one.
+	Pull(ctx context.Context, topic, group string, req core.PullRequest) ([]core.Delivered, error)
+	// Release gives back leases without counting an attempt (a push the
+	// breaker stopped).
+	Release(topic, group string, handles []string)
+	Ack(ctx context.Context, topic, group string, handles []string) (int, []core.HandleResult, error)
+	// Nack hands messages back for delivery after delay (the subscription's
+	// retry delay when delay < 0).
+	Nack(ctx context.Context, topic, group string, handles []string, delay time.Duration, reason string) (int, []core.HandleResult, error)
+}
+
 // Pusher delivers the messages of push subscriptions: for each one it pulls
 // from the broker and POSTs every message to the endpoint, acking on 2xx
 // and nacking otherwise. While an endpoint fails its breaker opens and
 // delivery pauses, so an outage does not burn messages into the DLQ.
 type Pusher struct {
-	b      *core.Broker
+	b      Broker
 	opts   PusherOptions
 	log    *slog.Logger
 	ctx    context.Context
@@ -66,7 +86,7 @@ type pushWorker struct {
 }
 
 // NewPusher starts delivering push subscriptions; Close stops it.
-func NewPusher(b *core.Broker, opts PusherOptions) (*Pusher, error) {
+func NewPusher(b Broker, opts PusherOptions) (*Pusher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
