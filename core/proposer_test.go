@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -86,5 +87,55 @@ func TestRefusedEpochFailsTheStart(t *testing.T) {
 	}
 	if !errors.Is(err, errRefused) {
 		t.Errorf("core.New: %v, want the proposer's error", err)
+	}
+}
+
+// A settlement whose batch is refused changes nothing in memory: the
+// deliveries stay leased under the same handles, nothing is counted as
+// dead or retrying, and settling them again works and lasts.
+func TestRefusedSettlementLeavesMemoryAsStored(t *testing.T) {
+	p := &gateProposer{}
+	clk := newClock()
+	e := newEnv(t, core.Options{Proposer: p, Now: clk.Now})
+	e.putTopic("t", 1)
+	e.subscribe("t", "g", core.SubscriptionConfig{})
+	e.send("t", "a", "b", "c")
+	got := e.pull("t", "g", core.PullRequest{MaxMessages: 3, Invisible: 10 * time.Second})
+	if len(got) != 3 {
+		t.Fatalf("pulled %d, want 3", len(got))
+	}
+	h := handles(got)
+	ctx := t.Context()
+	p.set(true)
+	if _, _, err := e.b.Ack(ctx, "t", "g", h[:1]); err == nil {
+		t.Fatal("an ack whose batch was refused succeeded")
+	}
+	if _, _, err := e.b.Nack(ctx, "t", "g", h[1:2], time.Second, "x"); err == nil {
+		t.Fatal("a nack whose batch was refused succeeded")
+	}
+	if _, _, err := e.b.DeadLetter(ctx, "t", "g", h[2:], "x"); err == nil {
+		t.Fatal("a dead-letter whose batch was refused succeeded")
+	}
+	p.set(false)
+	info := e.subInfo("t", "g")
+	if info.Inflight != 3 || info.DLQ != 0 || info.Retrying != 0 || info.Queues[0].AckedOffset != 0 {
+		t.Fatalf("after refused settlements: inflight %d, dlq %d, retrying %d, acked %d; want 3, 0, 0, 0",
+			info.Inflight, info.DLQ, info.Retrying, info.Queues[0].AckedOffset)
+	}
+	// The same handles settle now, and what they did survives a restart.
+	if n, failed := e.ack("t", "g", h[0]); n != 1 || len(failed) > 0 {
+		t.Fatalf("ack again: %d, %v", n, failed)
+	}
+	if n, failed, err := e.b.DeadLetter(ctx, "t", "g", h[2:], "x"); err != nil || n != 1 || len(failed) > 0 {
+		t.Fatalf("dead-letter again: %d, %v, %v", n, failed, err)
+	}
+	e.restart()
+	clk.Advance(time.Minute)
+	again := e.pull("t", "g", core.PullRequest{MaxMessages: 10})
+	if len(again) != 1 || string(again[0].Message.Body) != "b" {
+		t.Fatalf("after the restart only b (never settled) comes back, got %v", bodies(again))
+	}
+	if info := e.subInfo("t", "g"); info.DLQ != 1 {
+		t.Fatalf("dlq %d after restart, want 1", info.DLQ)
 	}
 }

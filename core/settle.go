@@ -1,6 +1,7 @@
 package core
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -311,7 +312,7 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 	for _, st := range e.settled {
 		st.d.settling = st.state()
 		if st.d.heapIndex >= 0 {
-			heapRemove(&c.leases, st.d) // no lease end or extend while it settles
+			heap.Remove(&c.leases, st.d.heapIndex) // no lease end while it settles; still leased
 		}
 		// The next message of an orderly key, a freed lease slot or a
 		// suspension: what parked pulls may be waiting for.
