@@ -110,14 +110,6 @@ func (s *subscription) cursors() []*cursor {
 	return out
 }
 
-func (s *subscription) growQueues(n int) {
-	s.lock()
-	defer s.mu.Unlock()
-	for _, c := range s.byID {
-		c.growQueues(n)
-	}
-}
-
 func (s *subscription) wake() {
 	ch := make(chan struct{})
 	old := s.notify.Swap(&ch)
@@ -188,14 +180,6 @@ func (b *Broker) stopWakeTimers() {
 		s.stopWakeTimerLocked()
 		s.mu.Unlock()
 	}
-}
-
-func (s *subscription) markDeleted() {
-	s.lock()
-	s.deleted = true
-	s.stopWakeTimerLocked()
-	s.mu.Unlock()
-	s.wake()
 }
 
 // wakeSubscriptions runs after every commit that appends to t. wake only
