@@ -89,3 +89,35 @@ func TestOrderlySuspensionSurvivesRestart(t *testing.T) {
 		t.Fatalf("then k1, got %+v", got)
 	}
 }
+
+// A nack spends the handle: once the retry is due again, the old handle
+// neither extends it (which would hand it out with no attempt counted) nor
+// acks it; the next delivery's handle does.
+func TestNackedRetryHandleStaysSpentOnceDue(t *testing.T) {
+	clk := newClock()
+	e := newEnv(t, core.Options{Now: clk.Now})
+	e.putTopic("t", 1)
+	e.subscribe("t", "g", core.SubscriptionConfig{})
+	e.send("t", "m")
+	ctx := t.Context()
+	nack := func(h string) {
+		t.Helper()
+		if _, failed, err := e.b.Nack(ctx, "t", "g", []string{h}, time.Second, ""); err != nil || len(failed) > 0 {
+			t.Fatal(err, failed)
+		}
+	}
+	nack(e.pullOne("t", "g", core.PullRequest{}).ReceiptHandle) // the message becomes a parked retry
+	e.advanceTimers(clk, 2*time.Second)
+	spent := e.pullOne("t", "g", core.PullRequest{}).ReceiptHandle
+	nack(spent) // the retry is parked again, keeping its delivery
+	e.advanceTimers(clk, 2*time.Second)
+	if n, failed, err := e.b.Extend(ctx, "t", "g", []string{spent}, time.Minute); err != nil || n != 0 || len(failed) != 1 || failed[0].Err != core.ErrReceiptExpired {
+		t.Fatalf("extend with the nacked handle: %d, %v, %v; want receipt expired", n, failed, err)
+	}
+	if n, failed := e.ack("t", "g", spent); n != 0 || len(failed) != 1 {
+		t.Fatalf("ack with the nacked handle: %d, %v", n, failed)
+	}
+	if again := e.pullOne("t", "g", core.PullRequest{}); again.Attempt != 3 {
+		t.Fatalf("the retry comes back as attempt %d, want 3", again.Attempt)
+	}
+}

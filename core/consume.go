@@ -460,6 +460,11 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 		// Handed out again since the restart.
 		return c, nil, ErrReceiptExpired
 	}
+	if d.leaseID == 0 {
+		// Nacked in place (a retry parked again, an orderly key
+		// suspended): its handles are spent, even once it is due.
+		return c, nil, ErrReceiptExpired
+	}
 	if d.leaseID != r.leaseID {
 		if r.leaseID > d.leaseID {
 			return nil, nil, ErrReceiptInvalid

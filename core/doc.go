@@ -3,15 +3,24 @@
 // HTTP nor Pebble: storage comes in through the Store interface, which
 // pebblestore implements, and transport lives in gateway.
 //
-// Every durable change of state is a command that the appender goroutine
-// applies to one Batch and commits with a single fsync for many requests
-// (group commit). A send that finds the appender idle and nothing queued
+// The write path is one a replica can follow. Requests are decided where
+// the broker serves (reading clocks, disk space and memory as needed) into
+// one Batch per group commit, which holds every durable effect, counters
+// included; a Proposer makes it durable (the single node commits it with
+// one fsync; a cluster hands its encoded bytes to Raft and every replica
+// applies them). A send that finds the appender idle and nothing queued
 // commits itself, under the same lock, to spare a lone request two
-// goroutine handoffs. Offsets become visible to pulls only after the
-// commit that made them durable has returned.
+// goroutine handoffs.
+//
+// Memory follows durability: offsets become visible, and a subscription's
+// deliveries are settled, only once the batch that records it is durable
+// (effects.go). Everything that must outlive a restart or a change of
+// leader is rebuilt from the store by New; serving state (leases, long-poll
+// waiters, the loops) is not stored and starts afresh with a new Broker.
 //
 // Consumer leases (who holds which message until when) are kept in memory:
 // they are ephemeral by nature, and losing them in a crash only means the
 // messages are delivered again, which the at-least-once contract allows.
-// Acked watermarks and out-of-order acks are durable.
+// What a lease's end decides (a failed attempt, an orderly suspension) is
+// durable, as are acked watermarks and out-of-order acks.
 package core

@@ -140,12 +140,14 @@ func (s *subscription) applyLocked(e *effect) {
 			s.nDead++
 		case st.suspend:
 			c.suspend(d, st.dueMs)
+			d.leaseID = 0 // the nacked lease's handle is spent
 		case st.retry != nil:
 			c.done(d)
 			st.retry.dueMs = st.dueMs
 			c.addRetry(st.retry)
 		default: // a retry parked again
 			d.leased, d.ready, d.dueMs = false, false, st.dueMs
+			d.leaseID = 0
 		}
 	}
 	for _, qid := range advanced {
