@@ -222,7 +222,7 @@ func (s *subscription) persistSkippedLocked(c *cursor) {
 		return
 	}
 	// The appender logs a failed commit; nobody waits for this one.
-	s.queueWritesLocked(c.ackWrites(nil, touched), nil, nil)
+	s.queueWritesLocked(c.ackWrites(nil, touched), nil)
 }
 
 // expireLocked ends the leases that ran out: each is a failed attempt,

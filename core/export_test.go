@@ -36,14 +36,7 @@ func Flush(b *Broker) error {
 		if err := b.submit(context.Background(), &request{kind: reqWrite}); err != nil {
 			return err
 		}
-		b.mu.RLock()
-		var subs []*subscription
-		for _, t := range b.topics {
-			for _, s := range t.subs {
-				subs = append(subs, s)
-			}
-		}
-		b.mu.RUnlock()
+		subs := b.subscriptions()
 		pending := false
 		for _, s := range subs {
 			if s.nEffects.Load() > 0 {
@@ -65,14 +58,7 @@ func Flush(b *Broker) error {
 // next scan). Their writes are queued; Flush makes them durable.
 func SettleDue(b *Broker) {
 	now := b.now()
-	b.mu.RLock()
-	var subs []*subscription
-	for _, t := range b.topics {
-		for _, s := range t.subs {
-			subs = append(subs, s)
-		}
-	}
-	b.mu.RUnlock()
+	subs := b.subscriptions()
 	for _, s := range subs {
 		s.lock()
 		for _, c := range s.cursors() {

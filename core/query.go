@@ -414,10 +414,10 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 		return SeekResult{}, invalid("/consumerId", "no consumer %q in %s", consumerID, group)
 	}
 	var writes []func(Batch)
-	var effects []subEffect
+	var effects []*effect
 	for _, c := range cursors {
 		if !dryRun {
-			effects = append(effects, subEffect{s, &effect{c: c, seek: map[uint32]uint64{}, wake: true}})
+			effects = append(effects, &effect{c: c, seek: map[uint32]uint64{}, wake: true})
 		}
 	}
 	for i, start := range starts {
@@ -433,7 +433,7 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 			if dryRun {
 				continue
 			}
-			effects[j].e.seek[uint32(i)] = start
+			effects[j].seek[uint32(i)] = start
 			id, qid, wm := c.id, uint32(i), start
 			writes = append(writes, func(b Batch) {
 				b.DeleteCursorQueue(id, qid)
@@ -444,10 +444,7 @@ func (b *Broker) Seek(ctx context.Context, topicName, group, to, consumerID stri
 	}
 	var req *request
 	if !dryRun && len(writes) > 0 {
-		req = &request{kind: reqWrite, writes: writes, effects: effects, done: make(chan error, 1)}
-		if err := b.enqueue(context.Background(), req); err != nil {
-			req.done <- err
-		}
+		req = s.queueWritesLocked(writes, nil, effects...)
 	}
 	s.mu.Unlock()
 	if req != nil {

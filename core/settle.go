@@ -143,7 +143,7 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 		}
 	}
 	for c, touched := range preRestart {
-		if req := s.queueWritesLocked(c.ackWrites(nil, touched), nil, nil); req != nil {
+		if req := s.queueWritesLocked(c.ackWrites(nil, touched), nil); req != nil {
 			reqs = append(reqs, req)
 		}
 	}
@@ -164,16 +164,16 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 // order they were decided, with the effect they have on it. The caller
 // waits on the request after unlocking. It queues nothing (nil) when
 // there is nothing to write or change.
-func (s *subscription) queueWritesLocked(writes []func(Batch), e *effect, after func()) *request {
-	if len(writes) == 0 && e == nil {
+func (s *subscription) queueWritesLocked(writes []func(Batch), after func(), effects ...*effect) *request {
+	if len(writes) == 0 && len(effects) == 0 {
 		return nil
 	}
 	req := &request{kind: reqWrite, writes: writes, after: after, done: make(chan error, 1)}
-	if e != nil {
-		req.effects = []subEffect{{s, e}}
+	for _, e := range effects {
+		req.effects = append(req.effects, subEffect{s, e})
 	}
 	if err := s.b.enqueue(context.Background(), req); err != nil {
-		if e != nil {
+		for _, e := range effects {
 			s.handOver(e, true)
 		}
 		req.done <- err
@@ -320,14 +320,14 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 			e.wake = true
 		}
 	}
-	if len(e.settled) == 0 {
-		e = nil
-	}
 	var after func()
 	if firstDue > 0 {
 		after = func() { b.timerCommitted(firstDue) }
 	}
-	return s.queueWritesLocked(c.ackWrites(writes, touched), e, after), nil
+	if len(e.settled) == 0 {
+		return s.queueWritesLocked(c.ackWrites(writes, touched), after), nil
+	}
+	return s.queueWritesLocked(c.ackWrites(writes, touched), after, e), nil
 }
 
 // state is the mark a delivery carries while its settlement is applied.
@@ -420,7 +420,7 @@ func (b *Broker) Extend(ctx context.Context, topicName, group string, handles []
 	}
 	// Nobody waits for the record to be taken back: a restart before it
 	// lands counts the attempt as failed, as it was when the lease ran out.
-	s.queueWritesLocked(revived, nil, nil)
+	s.queueWritesLocked(revived, nil)
 	return n, failed, nil
 }
 
@@ -545,13 +545,7 @@ func (b *Broker) Redrive(ctx context.Context, topicName, group string, f Redrive
 	}
 	var req *request
 	if len(writes) > 0 {
-		req = &request{kind: reqWrite, writes: writes, done: make(chan error, 1)}
-		for _, e := range effects {
-			req.effects = append(req.effects, subEffect{s, e})
-		}
-		if err := b.enqueue(context.Background(), req); err != nil {
-			req.done <- err
-		}
+		req = s.queueWritesLocked(writes, nil, effects...)
 	}
 	s.mu.Unlock()
 	if req != nil {

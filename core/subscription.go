@@ -164,18 +164,23 @@ func (s *subscription) stopWakeTimerLocked() {
 	s.wakeAtMs = 0
 }
 
-// stopWakeTimers disarms every subscription's wake-up timer, once the
-// broker is closed (no timer is armed after that).
-func (b *Broker) stopWakeTimers() {
+// subscriptions lists every subscription of every topic.
+func (b *Broker) subscriptions() []*subscription {
 	b.mu.RLock()
+	defer b.mu.RUnlock()
 	var subs []*subscription
 	for _, t := range b.topics {
 		for _, s := range t.subs {
 			subs = append(subs, s)
 		}
 	}
-	b.mu.RUnlock()
-	for _, s := range subs {
+	return subs
+}
+
+// stopWakeTimers disarms every subscription's wake-up timer, once the
+// broker is closed (no timer is armed after that).
+func (b *Broker) stopWakeTimers() {
+	for _, s := range b.subscriptions() {
 		s.lock()
 		s.stopWakeTimerLocked()
 		s.mu.Unlock()
