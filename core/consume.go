@@ -212,13 +212,16 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, bool, error)
 // messages the filter skipped), so lag does not come back after a restart.
 // Nobody waits for the write.
 func (s *subscription) persistSkippedLocked(c *cursor) {
-	touched := map[uint32][]uint64{}
+	var touched map[uint32][]uint64
 	for _, sq := range c.queues {
 		if sq.acked > sq.persistedWM {
+			if touched == nil {
+				touched = map[uint32][]uint64{}
+			}
 			touched[sq.id] = nil
 		}
 	}
-	if len(touched) == 0 {
+	if touched == nil {
 		return
 	}
 	// The appender logs a failed commit; nobody waits for this one.
