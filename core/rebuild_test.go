@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,12 +17,6 @@ import (
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/pebblestore"
 )
-
-// knownDiffs are differences a rebuilt broker shows today, each a pattern
-// over DiffStates' paths with why it differs. Delete an entry once core
-// keeps that piece of state durable; a difference matching no entry fails
-// TestRebuiltBrokerEqualsRunning.
-var knownDiffs = []struct{ pattern, reason string }{}
 
 var rebuildSeed = flag.Uint64("rebuild.seed", 0, "replay TestRebuiltBrokerEqualsRunning with this seed (also TIDEMQ_REBUILD_SEED)")
 
@@ -46,43 +39,15 @@ func rebuildSeeds(t *testing.T) []uint64 {
 	return []uint64{1, 2, 3, 4, 5, 6}
 }
 
-var knownDiffPatterns = func() []*regexp.Regexp {
-	out := make([]*regexp.Regexp, len(knownDiffs))
-	for i, k := range knownDiffs {
-		out[i] = regexp.MustCompile(k.pattern)
-	}
-	return out
-}()
-
-// knownDiff returns the knownDiffs entry d matches, or -1.
-func knownDiff(d string) int {
-	for i, re := range knownDiffPatterns {
-		if re.MatchString(d) {
-			return i
-		}
-	}
-	return -1
-}
-
 // TestRebuiltBrokerEqualsRunning runs a randomized workload and, at random
 // points, rebuilds a broker from a crash copy of the store and compares
 // its logical state with the running broker's.
 func TestRebuiltBrokerEqualsRunning(t *testing.T) {
-	matched := make([]bool, len(knownDiffs))
 	for _, seed := range rebuildSeeds(t) {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			t.Logf("seed %d (replay with -rebuild.seed=%d)", seed, seed)
-			w := newRebuildWorkload(t, seed)
-			w.run(1500)
-			for i := range w.known {
-				matched[i] = true
-			}
+			newRebuildWorkload(t, seed).run(1500)
 		})
-	}
-	for i, ok := range matched {
-		if !ok {
-			t.Logf("knownDiffs entry %q matched nothing this run (the broker's own timer loop varies a seed's run a little): delete it if core keeps that state now (%s)", knownDiffs[i].pattern, knownDiffs[i].reason)
-		}
 	}
 }
 
@@ -194,12 +159,9 @@ type rebuildWorkload struct {
 	b     *core.Broker
 	held  []heldLease
 	step  int
-	// compared counts the comparisons made; unknown the differences no
-	// knownDiffs entry covers.
-	compared   int
-	unknown    []string
-	known      map[int]int // by knownDiffs entry
-	knownFirst map[int]string
+	// compared counts the comparisons made; diffs the differences found.
+	compared int
+	diffs    []string
 	// ops counts the calls made, by outcome, to show what a seed exercised.
 	ops map[string]int
 	// covered counts the comparisons whose running state held each kind
@@ -254,7 +216,7 @@ func newRebuildWorkload(t *testing.T, seed uint64) *rebuildWorkload {
 	clk := newClock()
 	w := &rebuildWorkload{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		clk: clk, fs: vfs.NewCrashableMem(), opts: rebuildOptions(clk), known: map[int]int{}, knownFirst: map[int]string{}, ops: map[string]int{}, covered: map[string]int{},
+		clk: clk, fs: vfs.NewCrashableMem(), opts: rebuildOptions(clk), ops: map[string]int{}, covered: map[string]int{},
 	}
 	w.store, w.b = openRebuildBroker(t, w.fs, w.opts)
 	t.Cleanup(func() { closeRebuildBroker(t, w.store, w.b) })
@@ -275,12 +237,9 @@ func (w *rebuildWorkload) run(steps int) {
 	}
 	w.t.Logf("calls: %v", w.ops)
 	w.t.Logf("comparisons: %d, holding: %v", w.compared, w.covered)
-	for i, n := range w.known {
-		w.t.Logf("known difference, %d times (%s), first %s", n, knownDiffs[i].reason, w.knownFirst[i])
-	}
-	if len(w.unknown) > 0 {
+	if len(w.diffs) > 0 {
 		w.t.Errorf("seed %d: a rebuilt broker differs from the running one (%d comparisons):\n%s",
-			w.seed, w.compared, strings.Join(w.unknown, "\n"))
+			w.seed, w.compared, strings.Join(w.diffs, "\n"))
 	}
 }
 
@@ -506,14 +465,7 @@ func (w *rebuildWorkload) compare() {
 	}
 	w.noteCoverage(running)
 	for _, d := range core.DiffStates(running, rebuilt) {
-		if i := knownDiff(d); i >= 0 {
-			if w.known[i] == 0 {
-				w.knownFirst[i] = fmt.Sprintf("step %d: %s", w.step, d)
-			}
-			w.known[i]++
-			continue
-		}
-		w.unknown = append(w.unknown, fmt.Sprintf("step %d: %s", w.step, d))
+		w.diffs = append(w.diffs, fmt.Sprintf("step %d: %s", w.step, d))
 	}
 }
 
