@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tidemq/tidemq/loadtest"
 )
 
 // TestTargetsSuitePhases runs -suite targets with -phases picking the three
@@ -173,6 +176,52 @@ func TestMedianOf(t *testing.T) {
 	} {
 		if got := medianOf(c.xs); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("medianOf(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+// TestCurveTargets checks the curve's targets on made-up phases: a point
+// that dips below 90% of a lower one fails against it, a point under half
+// the lower of its baselines fails, and a p50 past the bound fails.
+func TestCurveTargets(t *testing.T) {
+	g := map[string]phase{}
+	put := func(name string, rate float64, p50 time.Duration) {
+		g[name] = phase{Name: name, MsgsPerSec: rate, Latency: loadtest.Latency{P50: p50}}
+	}
+	for _, n := range []int{4, 8, 16} {
+		put(fmt.Sprintf("noop-c%d-1KiB", n), 100_000, 100*time.Microsecond)
+		put(fmt.Sprintf("pebble-b1-w%d-1KiB", n), 20_000, time.Millisecond)
+	}
+	put("single-p4-1KiB", 9_000, time.Millisecond)     // 45% of Pebble's 20,000
+	put("single-p8-1KiB", 16_000, time.Millisecond)    // fine
+	put("single-p16-1KiB", 14_000, 2*time.Millisecond) // 87.5% of p8's; p50 past 1.4 ms
+	pass := map[string]bool{}
+	add := func(name, want string, needs []string, ok func(float64) bool, one func(map[string]phase) (float64, string, string, bool)) {
+		for _, n := range needs {
+			if _, ran := g[n]; !ran {
+				return
+			}
+		}
+		r, _, _, errs := one(g)
+		pass[name] = ok(r) && !errs
+	}
+	curveTargets(add, func(name string) bool { _, ok := g[name]; return ok }, "", "")
+	want := map[string]bool{
+		"curve: single send, 4 producers, 1 KiB":                                false,
+		"curve: single send, 8 producers, 1 KiB":                                true,
+		"curve: single send, 16 producers, 1 KiB":                               true,
+		"curve: single send, 8 producers, 1 KiB, against the best lower point":  true,
+		"curve: single send, 16 producers, 1 KiB, against the best lower point": false,
+		"curve: single send, 4 producers, 1 KiB: p50":                           true,
+		"curve: single send, 8 producers, 1 KiB: p50":                           true,
+		"curve: single send, 16 producers, 1 KiB: p50":                          false,
+	}
+	if len(pass) != len(want) {
+		t.Errorf("targets %v, want %v", pass, want)
+	}
+	for name, w := range want {
+		if got, ok := pass[name]; !ok || got != w {
+			t.Errorf("%s: pass %v (present %v), want %v", name, got, ok, w)
 		}
 	}
 }
