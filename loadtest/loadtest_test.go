@@ -2,9 +2,11 @@ package loadtest_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -141,6 +143,34 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
+			name: "plain client, single send",
+			s: loadtest.Scenario{
+				ClientKind: loadtest.ClientPlain,
+				Producers:  loadtest.Producers{Count: 3, MessageBytes: 300},
+				Consumers:  loadtest.Consumers{Count: 2, MaxMessages: 16},
+				Messages:   60,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				if r.Sent != 60 || r.Scenario.ClientKind != loadtest.ClientPlain {
+					t.Errorf("sent %d with client %q, want 60 with plain", r.Sent, r.Scenario.ClientKind)
+				}
+			},
+		},
+		{
+			name: "plain client, batch send",
+			s: loadtest.Scenario{
+				ClientKind: loadtest.ClientPlain,
+				Producers:  loadtest.Producers{Count: 2, Batch: 10, MessageBytes: 100},
+				Consumers:  loadtest.Consumers{Count: 2, MaxMessages: 64},
+				Messages:   200,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				if r.Sent != 200 || r.Send.Requests != 20 {
+					t.Errorf("sent %d in %d requests, want 200 in 20", r.Sent, r.Send.Requests)
+				}
+			},
+		},
+		{
 			name: "open loop",
 			s: loadtest.Scenario{
 				Producers: loadtest.Producers{Count: 8, Batch: 2, Rate: 200},
@@ -188,6 +218,52 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestPlainClientSendsBase64 sends with the plain client to a named topic
+// and reads the messages back with a pull of its own: each body is
+// base64 of MessageBytes random bytes, no two alike.
+func TestPlainClientSendsBase64(t *testing.T) {
+	url := startBroker(t, 0)
+	admin := loadtest.Admin{URL: url}
+	if err := admin.PutTopic(t.Context(), "plain", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PutSubscription(t.Context(), "plain", "g", "earliest"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := loadtest.Scenario{URL: url, Topic: "plain", ClientKind: loadtest.ClientPlain,
+		Producers: loadtest.Producers{Count: 2, MessageBytes: 200}, Messages: 10}.Run(t.Context())
+	if err != nil || r.Sent != 10 {
+		t.Fatalf("Run: %v, sent %d of 10 (errors %v)", err, r.Sent, r.Send.Errors)
+	}
+	resp, err := http.Post(url+"/v1/topics/plain/subscriptions/g/pull", "application/json", strings.NewReader(`{"maxMessages":100,"waitSeconds":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var res struct {
+		Messages []struct {
+			Body, BodyEncoding string
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Messages) != 10 {
+		t.Fatalf("pulled %d messages, want 10", len(res.Messages))
+	}
+	seen := map[string]bool{}
+	for _, m := range res.Messages {
+		b, err := base64.StdEncoding.DecodeString(m.Body)
+		if m.BodyEncoding != "base64" || err != nil || len(b) != 200 {
+			t.Errorf("body encoding %q, %d bytes decoded (%v): want base64 of 200", m.BodyEncoding, len(b), err)
+		}
+		seen[m.Body] = true
+	}
+	if len(seen) != len(res.Messages) {
+		t.Errorf("%d distinct bodies of %d: want fresh random bytes each", len(seen), len(res.Messages))
+	}
+}
+
 // TestRunCountsProblems checks failed sends are counted under their problem
 // code: bodies above the broker's limit are 413 message_too_large.
 func TestRunCountsProblems(t *testing.T) {
@@ -218,13 +294,14 @@ func TestRunCountsProblems(t *testing.T) {
 func TestValidate(t *testing.T) {
 	err := loadtest.Scenario{
 		URL: "ftp://x", Topic: "bad name", RunID: "bad id",
-		Producers: loadtest.Producers{Batch: 5000, Rate: -1},
-		Consumers: loadtest.Consumers{MaxMessages: 2000, StartFrom: "middle"},
+		ClientKind: "fancy",
+		Producers:  loadtest.Producers{Batch: 5000, Rate: -1},
+		Consumers:  loadtest.Consumers{MaxMessages: 2000, StartFrom: "middle"},
 	}.Validate()
 	if err == nil {
 		t.Fatal("Validate passed a broken scenario")
 	}
-	for _, want := range []string{"URL", "Topic", "RunID", "StartFrom", "no producers", "Batch", "Rate", "MaxMessages", "never end"} {
+	for _, want := range []string{"URL", "Topic", "RunID", "StartFrom", "ClientKind", "no producers", "Batch", "Rate", "MaxMessages", "never end"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error does not mention %s:\n%v", want, err)
 		}

@@ -2,6 +2,7 @@ package loadtest
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +21,7 @@ type runner struct {
 	topic   string // path-escaped topic
 	group   string // path-escaped group
 	payload string
+	bodies  []*rand.ChaCha8 // the plain client's random bodies, one source per producer
 
 	sendRecs, pullRecs, ackRecs, e2eRecs []*recorder
 	sendErrs, pullErrs, ackErrs          errorCounts
@@ -103,8 +105,14 @@ func (r *runner) setup(ctx context.Context) error {
 // run starts the workers and waits for them.
 func (r *runner) run(ctx context.Context, rep Report) Report {
 	s := r.s
-	for range s.Producers.Count {
+	for i := range s.Producers.Count {
 		r.sendRecs = append(r.sendRecs, newRecorder())
+		if s.ClientKind == ClientPlain {
+			var seed [32]byte
+			binary.LittleEndian.PutUint64(seed[:], rand.Uint64())
+			binary.LittleEndian.PutUint64(seed[8:], uint64(i))
+			r.bodies = append(r.bodies, rand.NewChaCha8(seed))
+		}
 	}
 	for range s.Consumers.Count {
 		r.pullRecs = append(r.pullRecs, newRecorder())
@@ -321,9 +329,24 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 	if batch {
 		path += ":batch"
 	}
-	body := sendBody(n, batch, r.payload, r.runID, began.UnixNano())
+	var body []byte
+	var out any // the lean client does not read a send's reply
+	if r.s.ClientKind == ClientPlain {
+		var err error
+		if body, err = plainSendBody(n, batch, r.s.Producers.MessageBytes, r.bodies[i], r.runID, began.UnixNano()); err != nil {
+			r.sendErrs.add("encoding", 1)
+			return
+		}
+		if batch {
+			out = new(plainBatchResult)
+		} else {
+			out = new(plainSendResult)
+		}
+	} else {
+		body = sendBody(n, batch, r.payload, r.runID, began.UnixNano())
+	}
 	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
-	err := r.do(rctx, "POST", path, body, nil)
+	err := r.do(rctx, "POST", path, body, out)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		return // the run was cancelled
@@ -344,10 +367,12 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 // acking (with ctx, so that an ack in flight is finished) until stopped.
 func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 	c := r.s.Consumers
-	pullBody, _ := json.Marshal(pullRequest{
+	pullReq := pullRequest{
 		MaxMessages: c.MaxMessages, WaitSeconds: c.WaitSeconds, InvisibleSeconds: c.InvisibleSeconds,
 		ConsumerID: "loadtest-" + r.runID + "-" + strconv.Itoa(i),
-	})
+	}
+	pullBody, _ := json.Marshal(pullReq)
+	plain := r.s.ClientKind == ClientPlain
 	pullPath := "/v1/topics/" + r.topic + "/subscriptions/" + r.group + "/pull"
 	ackPath := "/v1/topics/" + r.topic + "/subscriptions/" + r.group + "/ack"
 	timeout := r.s.RequestTimeout + time.Duration(c.WaitSeconds)*time.Second
@@ -356,7 +381,19 @@ func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 		var res pullResult
 		began := time.Now()
 		rctx, cancel := context.WithTimeout(pullCtx, timeout)
-		err := r.do(rctx, "POST", pullPath, pullBody, &res)
+		var err error
+		if plain {
+			// Marshalled per pull, and read into the API's structs.
+			var pres plainPullResult
+			pullBody, _ = json.Marshal(pullReq)
+			if err = r.do(rctx, "POST", pullPath, pullBody, &pres); err == nil {
+				if res, err = plainPulled(&pres); err != nil {
+					err = &requestError{Code: "decoding", Err: err}
+				}
+			}
+		} else {
+			err = r.do(rctx, "POST", pullPath, pullBody, &res)
+		}
 		cancel()
 		if pullCtx.Err() != nil {
 			return // stopped; the broker releases what it leased for this pull

@@ -3,6 +3,7 @@ package loadtest
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,87 @@ func sendBody(n int, batch bool, body, runID string, sentAtNs int64) []byte {
 		buf = appendMessage(buf, body, runID, sentAtNs)
 	}
 	return append(buf, "]}"...)
+}
+
+// The plain client's view of the API: structs of its fields, as a user's
+// code has them, for encoding/json both ways.
+type (
+	plainMessage struct {
+		// Body is encoding/json's []byte: base64 on the wire.
+		Body         []byte            `json:"body"`
+		BodyEncoding string            `json:"bodyEncoding"`
+		Properties   map[string]string `json:"properties,omitempty"`
+	}
+	plainBatch struct {
+		Messages []plainMessage `json:"messages"`
+	}
+	plainSendResult struct {
+		MessageID string `json:"messageId"`
+		QueueID   int    `json:"queueId"`
+		Offset    int64  `json:"offset"`
+		StoredAt  string `json:"storedAt"`
+		Duplicate bool   `json:"duplicate"`
+	}
+	plainBatchResult struct {
+		Results []plainSendResult `json:"results"`
+	}
+	plainPulledMessage struct {
+		MessageID       string            `json:"messageId"`
+		Topic           string            `json:"topic"`
+		QueueID         int               `json:"queueId"`
+		Offset          int64             `json:"offset"`
+		Body            string            `json:"body"`
+		BodyEncoding    string            `json:"bodyEncoding"`
+		Tag             string            `json:"tag"`
+		Keys            []string          `json:"keys"`
+		Properties      map[string]string `json:"properties"`
+		ShardingKey     string            `json:"shardingKey"`
+		BornAt          string            `json:"bornAt"`
+		StoredAt        string            `json:"storedAt"`
+		ProducerGroup   string            `json:"producerGroup"`
+		DeliveryAttempt int               `json:"deliveryAttempt"`
+		ReceiptHandle   string            `json:"receiptHandle"`
+		Traceparent     string            `json:"traceparent"`
+	}
+	plainPullResult struct {
+		Messages []plainPulledMessage `json:"messages"`
+	}
+)
+
+// plainSendBody is sendBody for the plain client: n messages of fresh
+// random bytes from src, marshalled by encoding/json.
+func plainSendBody(n int, batch bool, size int, src io.Reader, runID string, sentAtNs int64) ([]byte, error) {
+	msgs := make([]plainMessage, n)
+	for i := range msgs {
+		body := make([]byte, size)
+		if _, err := io.ReadFull(src, body); err != nil {
+			return nil, err
+		}
+		msgs[i] = plainMessage{Body: body, BodyEncoding: "base64",
+			Properties: map[string]string{PropRun: runID, PropSentAt: strconv.FormatInt(sentAtNs, 10)}}
+	}
+	if !batch {
+		return json.Marshal(msgs[0])
+	}
+	return json.Marshal(plainBatch{Messages: msgs})
+}
+
+// plainPulled is what the plain client makes of a pull reply: each body
+// decoded from its encoding, as a consumer would before using it, and the
+// load's view of each message.
+func plainPulled(res *plainPullResult) (pullResult, error) {
+	out := pullResult{Messages: make([]pulledMessage, len(res.Messages))}
+	for i, m := range res.Messages {
+		if m.BodyEncoding == "base64" {
+			if _, err := base64.StdEncoding.DecodeString(m.Body); err != nil {
+				return out, fmt.Errorf("message %s: body: %w", m.MessageID, err)
+			}
+		}
+		pm := &out.Messages[i]
+		pm.DeliveryAttempt, pm.ReceiptHandle = m.DeliveryAttempt, m.ReceiptHandle
+		pm.Properties.Run, pm.Properties.SentAt = m.Properties[PropRun], m.Properties[PropSentAt]
+	}
+	return out, nil
 }
 
 type pullRequest struct {
@@ -182,12 +264,18 @@ func errorCode(err error) string {
 // do sends one JSON request to path (below the scenario's URL) and, on a
 // 2xx reply, decodes it into out (or discards it when out is nil). Any
 // other reply is a *requestError coded by its problem's `code`.
+// The plain client decodes replies with encoding/json.
 func (r *runner) do(ctx context.Context, method, path string, body []byte, out any) error {
-	return doJSON(ctx, r.s.Client, r.s.URL, r.s.Token, method, path, body, out)
+	return doWith(ctx, r.s.Client, r.s.URL, r.s.Token, method, path, body, out, r.s.ClientKind == ClientPlain)
 }
 
-// doJSON is runner.do for any client, base URL and token.
+// doJSON is runner.do for any client, base URL and token, lean.
 func doJSON(ctx context.Context, client *http.Client, baseURL, token, method, path string, body []byte, out any) error {
+	return doWith(ctx, client, baseURL, token, method, path, body, out, false)
+}
+
+// doWith is doJSON, decoding a reply with encoding/json when plain.
+func doWith(ctx context.Context, client *http.Client, baseURL, token, method, path string, body []byte, out any, plain bool) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -223,10 +311,14 @@ func doJSON(ctx context.Context, client *http.Client, baseURL, token, method, pa
 		}
 		return &requestError{Code: p.Code, Status: resp.StatusCode, Detail: p.Detail}
 	}
-	if pr, ok := out.(*pullResult); ok {
+	if pr, ok := out.(*pullResult); ok && !plain {
 		err = decodePull(resp.Body, pr)
 	} else if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
+	} else if plain {
+		if err = json.NewDecoder(resp.Body).Decode(out); err == nil {
+			_, err = io.Copy(io.Discard, resp.Body) // the rest, for keep-alive
+		}
 	} else {
 		// json v2: a pull reply of 256 KiB took encoding/json ~10 µs per
 		// message, a quarter of the consume phases' CPU in the load

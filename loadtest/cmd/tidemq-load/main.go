@@ -56,9 +56,10 @@ import (
 
 type config struct {
 	url, token, dir, suite, format, cpuProfile, execTrace, profilePhase, logLevel, phases string
-	jsonFile, brokerBin, plotFile, seriesFile                                             string
+	jsonFile, brokerBin, plotFile, seriesFile, client                                     string
+	clients                                                                               []string
 	inprocess, quiet, noAck, tracing, gzip                                                bool
-	warmup, fillTimeout                                                                   time.Duration
+	warmup, fillTimeout, curveDuration                                                    time.Duration
 	rounds                                                                                int
 	sc                                                                                    loadtest.Scenario
 }
@@ -87,6 +88,8 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
 	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
+	fs.StringVar(&c.client, "client", loadtest.ClientLean, "how requests are written and replies read: lean (hand-written JSON, fastjson) or plain (encoding/json, base64 bodies); with -suite targets a comma-separated list runs each HTTP phase once per client, the phases of all but the first named <phase>@<client>")
+	fs.DurationVar(&c.curveDuration, "curve-duration", 0, "with -suite targets: each measured run of the single-send curve's points other than 1 and 64 producers (default: 2s, or -duration if shorter)")
 
 	sc := &c.sc
 	fs.StringVar(&sc.Topic, "topic", "", "topic (default: a fresh loadtest-<id>, deleted at the end)")
@@ -114,12 +117,37 @@ func parseFlags(args []string) (config, error) {
 	if c.suite == "backlog" && !set["messages"] {
 		sc.Messages = 10_000_000
 	}
+	if !set["curve-duration"] {
+		c.curveDuration = min(2*time.Second, sc.Duration)
+	}
 	sc.Consumers.NoAck = c.noAck
 	sc.Token = c.token
 	if sc.Consumers.WaitSeconds == 0 {
 		sc.Consumers.WaitSeconds = -1 // the flag's 0 means "answer at once"
 	}
 	var errs []error
+	for k := range strings.SplitSeq(c.client, ",") {
+		switch {
+		case k != loadtest.ClientLean && k != loadtest.ClientPlain:
+			errs = append(errs, fmt.Errorf("-client %q: %s or %s", k, loadtest.ClientLean, loadtest.ClientPlain))
+		case slices.Contains(c.clients, k):
+			errs = append(errs, fmt.Errorf("-client: %s twice", k))
+		default:
+			c.clients = append(c.clients, k)
+		}
+	}
+	if len(c.clients) > 0 {
+		sc.ClientKind = c.clients[0]
+	}
+	if len(c.clients) > 1 && c.suite != "targets" {
+		errs = append(errs, errors.New("-client with several clients goes with -suite targets"))
+	}
+	if c.suite == "backlog" && c.client != loadtest.ClientLean {
+		errs = append(errs, errors.New("-suite backlog runs the lean client only"))
+	}
+	if c.curveDuration <= 0 && c.suite == "targets" {
+		errs = append(errs, errors.New("-curve-duration must be above 0"))
+	}
 	switch {
 	case c.suite == "backlog":
 		if c.inprocess || c.url != "" {
@@ -310,7 +338,8 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 		}
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
-		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip}
+		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
+		clients: c.clients, curveDuration: c.curveDuration}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)

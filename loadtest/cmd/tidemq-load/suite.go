@@ -43,14 +43,19 @@ type suite struct {
 	only          *regexp.Regexp // nil: every phase; else the phases whose names match (targets lacking one are left out)
 	round         int            // the round running (0-based); only round 0 is profiled
 	gzip          bool           // clients ask for gzip replies
+	clients       []string       // the client kinds each HTTP phase runs with; the first's phases keep their names, the others' get @kind
+	curveDuration time.Duration  // each measured run of the single-send curve's points but the suite's own (1 and 64 producers)
 	phases        []phase
 }
 
 // phase is one measurement.
 type phase struct {
-	Name        string  `json:"name"`
-	Round       int     `json:"round"` // 1-based
-	Kind        string  `json:"kind"`  // broker, noop or pebble
+	Name  string `json:"name"`
+	Round int    `json:"round"` // 1-based
+	Kind  string `json:"kind"`  // broker, noop or pebble
+	// Client is the client kind of an HTTP phase (loadtest.ClientLean or
+	// ClientPlain).
+	Client      string  `json:"client,omitempty"`
 	Description string  `json:"description"`
 	MsgsPerSec  float64 `json:"msgsPerSec"`
 	// Latency is per send request (HTTP phases) or per synced commit
@@ -108,11 +113,12 @@ func (c *suite) logf(format string, args ...any) {
 }
 
 // pebblePhase measures raw Pebble synced appends.
-func (c *suite) pebblePhase(ctx context.Context, name string, size, batch, writers int) (phase, error) {
+// It measures for d (0: the suite's duration).
+func (c *suite) pebblePhase(ctx context.Context, name string, size, batch, writers int, d time.Duration) (phase, error) {
 	desc := fmt.Sprintf("raw Pebble, %d B values, batch %d, %d writers, pebble.Sync", size, batch, writers)
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	res, err := pebbleBaseline{BaseDir: c.dir, MessageBytes: size, Batch: batch, Writers: writers,
-		Warmup: c.warmup, Duration: c.duration}.run(ctx)
+		Warmup: c.warmup, Duration: cmp.Or(d, c.duration)}.run(ctx)
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -124,10 +130,12 @@ func (c *suite) pebblePhase(ctx context.Context, name string, size, batch, write
 }
 
 // httpPhase runs sc against url (a warm-up run first, on the same client)
-// and, when name is the profiled phase, CPU-profiles the measured run.
+// for sc.Duration (0: the suite's duration) and, when name is the profiled
+// phase, CPU-profiles the measured run.
 func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadtest.Scenario) (phase, error) {
 	p := sc.Producers
-	desc := fmt.Sprintf("%s, %d B bodies, batch %d, %d producers", kind, p.MessageBytes, max(p.Batch, 1), p.Count)
+	client := cmp.Or(sc.ClientKind, loadtest.ClientLean)
+	desc := fmt.Sprintf("%s, %s client, %d B bodies, batch %d, %d producers", kind, client, p.MessageBytes, max(p.Batch, 1), p.Count)
 	if p.Rate > 0 {
 		desc += fmt.Sprintf(" open loop at %s msg/s", thousands(p.Rate))
 	}
@@ -135,9 +143,9 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 		desc += fmt.Sprintf(", %d consumers pulling %d (wait %ds)", sc.Consumers.Count, sc.Consumers.MaxMessages, max(sc.Consumers.WaitSeconds, 0))
 	}
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
-	client := loadtest.NewClient(p.Count+2*sc.Consumers.Count+4, c.gzip)
-	defer client.CloseIdleConnections()
-	sc.URL, sc.Client, sc.Token = url, client, c.token
+	hc := loadtest.NewClient(p.Count+2*sc.Consumers.Count+4, c.gzip)
+	defer hc.CloseIdleConnections()
+	sc.URL, sc.Client, sc.Token = url, hc, c.token
 	if c.warmup > 0 {
 		w := sc
 		w.Duration, w.Messages = c.warmup, 0
@@ -145,12 +153,12 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 			return phase{}, fmt.Errorf("%s warm-up: %w", name, err)
 		}
 	}
-	sc.Duration = c.duration
+	sc.Duration = cmp.Or(sc.Duration, c.duration)
 	rep, use, err := c.measure(ctx, name, sc)
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: %w", name, err)
 	}
-	ph := phase{Name: name, Round: c.round + 1, Kind: kind, Description: desc, MsgsPerSec: rep.SendRate, Latency: rep.Send.Latency,
+	ph := phase{Name: name, Round: c.round + 1, Kind: kind, Client: client, Description: desc, MsgsPerSec: rep.SendRate, Latency: rep.Send.Latency,
 		Errors: rep.Send.Errors, Report: &rep, SpansDropped: use.spansDropped}
 	ph.setCPU(use, rep.Sent, time.Duration(rep.Elapsed+rep.Drain))
 	c.logf("   %.0f msg/s, send %s, errors %d, CPU %s/msg on %.2f cores", ph.MsgsPerSec, ph.Latency, rep.Send.ErrorCount(), dur(ph.CPUPerMsg), ph.Cores)
@@ -268,16 +276,17 @@ func (c *suite) withBroker(name string, f func(url string) error) (err error) {
 // with nothing sent: a warm-up, and the measured run of c.duration or until
 // the backlog is drained, whichever comes first. The phase's rate is
 // messages acked per second.
-func (c *suite) pullPhase(ctx context.Context, name string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
+// The backlog is sent and pulled by a client of kind client.
+func (c *suite) pullPhase(ctx context.Context, name, client string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
 	err = c.withBroker(name, func(url string) error {
-		p, err = c.pullFrom(ctx, name, url, fill, size, cons)
+		p, err = c.pullFrom(ctx, name, client, url, fill, size, cons)
 		return err
 	})
 	return p, err
 }
 
-func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
-	desc := fmt.Sprintf("broker, %d B bodies, %d consumers pulling %d + ack, backlog of %s, no producers", size, cons.Count, cons.MaxMessages, thousands(float64(fill)))
+func (c *suite) pullFrom(ctx context.Context, name, kind, url string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
+	desc := fmt.Sprintf("broker, %s client, %d B bodies, %d consumers pulling %d + ack, backlog of %s, no producers", kind, size, cons.Count, cons.MaxMessages, thousands(float64(fill)))
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	client := loadtest.NewClient(16+2*cons.Count+4, c.gzip)
 	defer client.CloseIdleConnections()
@@ -297,7 +306,7 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 	}
 	// The backlog: sent by one run (bounded in time too, should the broker
 	// crawl), whose id the consumers take as theirs.
-	filled, err := runLabeled(ctx, loadtest.Scenario{URL: url, Token: c.token, Client: client, Topic: topic, SkipSetup: true, RunID: "fill-" + id,
+	filled, err := runLabeled(ctx, loadtest.Scenario{URL: url, Token: c.token, Client: client, ClientKind: kind, Topic: topic, SkipSetup: true, RunID: "fill-" + id,
 		Producers: loadtest.Producers{Count: 16, Batch: 100, MessageBytes: size}, Messages: fill, Duration: 10*(c.warmup+c.duration) + time.Minute})
 	if err != nil {
 		return p, fmt.Errorf("%s: filling the backlog: %w", name, err)
@@ -307,7 +316,7 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 	}
 	c.logf("   backlog: %s messages sent in %.1fs (%s msg/s), errors %s", thousands(float64(filled.Sent)), time.Duration(filled.Elapsed).Seconds(),
 		thousands(filled.SendRate), errorsCell(filled.Send.Errors))
-	sc := loadtest.Scenario{URL: url, Token: c.token, Client: client, Topic: topic, Group: group, SkipSetup: true, RunID: filled.RunID, Consumers: cons}
+	sc := loadtest.Scenario{URL: url, Token: c.token, Client: client, ClientKind: kind, Topic: topic, Group: group, SkipSetup: true, RunID: filled.RunID, Consumers: cons}
 	left := filled.Sent
 	if c.warmup > 0 {
 		w := sc
@@ -327,6 +336,7 @@ func (c *suite) pullFrom(ctx context.Context, name, url string, fill int64, size
 		return p, fmt.Errorf("%s: %w", name, err)
 	}
 	p = pullPhaseOf(name, c.round+1, desc, rep, use)
+	p.Client = kind
 	p.SpansDropped = use.spansDropped
 	c.logf("   %s msg/s acked (%s in %.2fs, of %s left after the warm-up), pull %s, errors %s, CPU %s/msg on %.2f cores",
 		thousands(p.MsgsPerSec), thousands(float64(rep.Acked)), time.Duration(rep.Elapsed).Seconds(), thousands(float64(left)), p.Latency,
@@ -358,6 +368,25 @@ func sends(count, batch, size int) loadtest.Scenario {
 	return loadtest.Scenario{Producers: loadtest.Producers{Count: count, Batch: batch, MessageBytes: size}}
 }
 
+// curvePoints are the producer counts of the single-send curve: each
+// beside the no-op handler at the same concurrency and raw Pebble synced
+// single puts from as many writers.
+var curvePoints = []int{1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 256}
+
+// suitePoint reports whether the curve point at n producers is one the
+// suite measured before the curve (its targets are measured for the
+// suite's duration, the other points for the curve's).
+func suitePoint(n int) bool { return n == 1 || n == 64 }
+
+// clientSuffix is what the names of kind's HTTP phases end with: nothing
+// for the first of the suite's clients, @kind for the others.
+func (c *suite) clientSuffix(kind string) string {
+	if len(c.clients) == 0 || kind == c.clients[0] {
+		return ""
+	}
+	return "@" + kind
+}
+
 // runTargets runs every phase of the target table c.rounds times and
 // checks each target on the median of its rounds' ratios.
 func (c *suite) runTargets(ctx context.Context) ([]target, error) {
@@ -370,60 +399,85 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		name string
 		run  func(name string) (phase, error)
 	}
-	pebbleStep := func(name string, size, batch, writers int) step {
-		return step{name, func(name string) (phase, error) { return c.pebblePhase(ctx, name, size, batch, writers) }}
+	kinds := c.clients
+	if len(kinds) == 0 {
+		kinds = []string{loadtest.ClientLean}
 	}
-	brokerStep := func(name string, sc loadtest.Scenario) step {
-		return step{name, func(name string) (phase, error) { return c.brokerPhase(ctx, name, sc) }}
+	pebbleStep := func(name string, size, batch, writers int, d time.Duration) step {
+		return step{name, func(name string) (phase, error) { return c.pebblePhase(ctx, name, size, batch, writers, d) }}
 	}
-	noopStep := func(name string, sc loadtest.Scenario) step {
-		return step{name, func(name string) (phase, error) { return c.httpPhase(ctx, name, "noop", noop.URL, sc) }}
+	brokerStep := func(name, kind string, sc loadtest.Scenario) step {
+		sc.ClientKind = kind
+		return step{name + c.clientSuffix(kind), func(name string) (phase, error) { return c.brokerPhase(ctx, name, sc) }}
+	}
+	noopStep := func(name, kind string, sc loadtest.Scenario) step {
+		sc.ClientKind = kind
+		return step{name + c.clientSuffix(kind), func(name string) (phase, error) { return c.httpPhase(ctx, name, "noop", noop.URL, sc) }}
 	}
 	rounds := max(c.rounds, 1)
 	got := make([]map[string]phase, rounds)
 	// Pulling a backlog: 1.5 times what the batch phase of the round sent
-	// in its warm-up and measured run, so that consumers up to 1.5 times
-	// faster than the batch send still have work for the whole phase
-	// (faster ones drain it early, which ends the measured run).
-	pullStep := step{"pull256-c4-1KiB", func(name string) (phase, error) {
-		rate := got[c.round]["batch100-p16-1KiB"].MsgsPerSec
-		if rate == 0 { // the batch phase was left out (-phases)
-			rate = 100_000
-		}
-		fill := int64(1.5*rate*(c.warmup+c.duration).Seconds()/100+1) * 100
-		fill = min(max(fill, 10_000), 5_000_000)
-		return c.pullPhase(ctx, name, fill, 1024, loadtest.Consumers{Count: 4, MaxMessages: 256, WaitSeconds: 1})
-	}}
+	// (with the same client) in its warm-up and measured run, so that
+	// consumers up to 1.5 times faster than the batch send still have work
+	// for the whole phase (faster ones drain it early, which ends the
+	// measured run).
+	pullStep := func(kind string) step {
+		sfx := c.clientSuffix(kind)
+		return step{"pull256-c4-1KiB" + sfx, func(name string) (phase, error) {
+			rate := got[c.round]["batch100-p16-1KiB"+sfx].MsgsPerSec
+			if rate == 0 { // the batch phase was left out (-phases)
+				rate = 100_000
+			}
+			fill := int64(1.5*rate*(c.warmup+c.duration).Seconds()/100+1) * 100
+			fill = min(max(fill, 10_000), 5_000_000)
+			return c.pullPhase(ctx, name, kind, fill, 1024, loadtest.Consumers{Count: 4, MaxMessages: 256, WaitSeconds: 1})
+		}}
+	}
 	// End to end at 1,000 msg/s open loop: single sends from 8 producers,
 	// 4 consumers long-polling (5 s) and acking.
 	e2e := sends(8, 1, 1024)
 	e2e.Producers.Rate = 1000
 	e2e.Consumers = loadtest.Consumers{Count: 4, MaxMessages: 32, WaitSeconds: 5}
-	steps := []step{
-		// Batch send, 1 KiB, against raw Pebble at batch 256 (and the other
-		// batch sizes of the baseline, for the record).
-		pebbleStep("pebble-b1-w16-1KiB", 1024, 1, 16),
-		pebbleStep("pebble-b32-w16-1KiB", 1024, 32, 16),
-		pebbleStep("pebble-b256-w16-1KiB", 1024, 256, 16),
-		brokerStep("batch100-p16-1KiB", sends(16, 100, 1024)),
-		// Pull 256 + ack, 4 consumers, against a backlog: against the
-		// batch send just measured.
-		pullStep,
-		// Batch send at 256 B and 16 KiB against raw Pebble batch 32.
-		pebbleStep("pebble-b32-w16-256B", 256, 32, 16),
-		brokerStep("batch100-p16-256B", sends(16, 100, 256)),
-		pebbleStep("pebble-b32-w16-16KiB", 16<<10, 32, 16),
-		brokerStep("batch100-p16-16KiB", sends(16, 100, 16<<10)),
-		// Single sends at 64 against the no-op handler at 64.
-		noopStep("noop-c64-1KiB", sends(64, 1, 1024)),
-		brokerStep("single-p64-1KiB", sends(64, 1, 1024)),
-		// One producer: latency against no-op p50 + one synced commit p50.
-		pebbleStep("pebble-b1-w1-1KiB", 1024, 1, 1),
-		noopStep("noop-c1-1KiB", sends(1, 1, 1024)),
-		brokerStep("single-p1-1KiB", sends(1, 1, 1024)),
-		// End-to-end latency, absolute bounds.
-		brokerStep("e2e-r1000-p8-c4-1KiB", e2e),
+
+	// Baselines without a client run once; the HTTP phases after them once
+	// per client, each client's right after the baselines it is compared
+	// with.
+	var steps []step
+	group := func(baselines []step, perClient func(kind string) []step) {
+		steps = append(steps, baselines...)
+		for _, k := range kinds {
+			steps = append(steps, perClient(k)...)
+		}
 	}
+	// Batch send, 1 KiB, against raw Pebble at batch 256 (and batch 32,
+	// for the record); then pull 256 + ack, 4 consumers, against a
+	// backlog: against the batch send just measured.
+	group([]step{pebbleStep("pebble-b32-w16-1KiB", 1024, 32, 16, 0), pebbleStep("pebble-b256-w16-1KiB", 1024, 256, 16, 0)},
+		func(k string) []step {
+			return []step{brokerStep("batch100-p16-1KiB", k, sends(16, 100, 1024)), pullStep(k)}
+		})
+	// Batch send at 256 B and 16 KiB against raw Pebble batch 32.
+	group([]step{pebbleStep("pebble-b32-w16-256B", 256, 32, 16, 0)},
+		func(k string) []step { return []step{brokerStep("batch100-p16-256B", k, sends(16, 100, 256))} })
+	group([]step{pebbleStep("pebble-b32-w16-16KiB", 16<<10, 32, 16, 0)},
+		func(k string) []step { return []step{brokerStep("batch100-p16-16KiB", k, sends(16, 100, 16<<10))} })
+	// The single-send curve: at each point raw Pebble single synced puts
+	// from as many writers, the no-op handler at the same concurrency,
+	// then the broker.
+	for _, n := range curvePoints {
+		d := c.curveDuration
+		if suitePoint(n) {
+			d = 0
+		}
+		sc := sends(n, 1, 1024)
+		sc.Duration = d
+		group([]step{pebbleStep(fmt.Sprintf("pebble-b1-w%d-1KiB", n), 1024, 1, n, d)}, func(k string) []step {
+			return []step{noopStep(fmt.Sprintf("noop-c%d-1KiB", n), k, sc), brokerStep(fmt.Sprintf("single-p%d-1KiB", n), k, sc)}
+		})
+	}
+	// End-to-end latency, absolute bounds.
+	group(nil, func(k string) []step { return []step{brokerStep("e2e-r1000-p8-c4-1KiB", k, e2e)} })
+
 	for r := range rounds {
 		c.round = r
 		got[r] = map[string]phase{}
@@ -466,44 +520,115 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		t.Pass = pass(t.Ratio) && !slices.ContainsFunc(rs, func(x result) bool { return x.errs })
 		targets = append(targets, t)
 	}
-	throughput := func(name, measured, baseline string) {
-		add(name, "≥ 50%", []string{measured, baseline}, func(r float64) bool { return r >= 0.5 }, func(g map[string]phase) (float64, string, string, bool) {
-			m, b := g[measured], g[baseline]
-			return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s", thousands(m.MsgsPerSec)),
+	for _, kind := range kinds {
+		sfx := c.clientSuffix(kind)
+		label := "" // the first client's targets keep their names
+		if sfx != "" {
+			label = ", " + kind + " client"
+		}
+		throughput := func(name, measured, baseline string) {
+			add(name+label, "≥ 50%", []string{measured, baseline}, func(r float64) bool { return r >= 0.5 }, func(g map[string]phase) (float64, string, string, bool) {
+				m, b := g[measured], g[baseline]
+				return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s", thousands(m.MsgsPerSec)),
+					fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
+			})
+		}
+		throughput("batch send, 100 msgs/request, 16 producers, 1 KiB", "batch100-p16-1KiB"+sfx, "pebble-b256-w16-1KiB")
+		throughput("batch send, 100 msgs/request, 16 producers, 256 B", "batch100-p16-256B"+sfx, "pebble-b32-w16-256B")
+		throughput("batch send, 100 msgs/request, 16 producers, 16 KiB", "batch100-p16-16KiB"+sfx, "pebble-b32-w16-16KiB")
+		throughput("single send, 64 producers, 1 KiB", "single-p64-1KiB"+sfx, "noop-c64-1KiB"+sfx)
+		n1, pb1w1, s1 := "noop-c1-1KiB"+sfx, "pebble-b1-w1-1KiB", "single-p1-1KiB"+sfx
+		add("single send, 1 producer, 1 KiB: p50"+label, "≤ bound", []string{n1, pb1w1, s1}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+			n1, pb1w1, s1 := g[n1], g[pb1w1], g[s1]
+			bound := n1.Latency.P50 + pb1w1.Latency.P50 + 150*time.Microsecond
+			return float64(s1.Latency.P50) / float64(bound), fmt.Sprintf("p50 %s", micros(s1.Latency.P50)),
+				fmt.Sprintf("no-op p50 %s + Pebble b1 w1 commit p50 %s + 150µs = %s", micros(n1.Latency.P50), micros(pb1w1.Latency.P50), micros(bound)),
+				len(s1.Errors) > 0
+		})
+		pull, batch := "pull256-c4-1KiB"+sfx, "batch100-p16-1KiB"+sfx
+		add("pull 256 + ack, 4 consumers, against a backlog, 1 KiB"+label, "≥ 80%", []string{pull, batch}, func(r float64) bool { return r >= 0.8 }, func(g map[string]phase) (float64, string, string, bool) {
+			m, b := g[pull], g[batch]
+			return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s acked", thousands(m.MsgsPerSec)),
 				fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
 		})
+		// Latency against absolute bounds: the ratio is the larger of
+		// p50/1ms and p99/5ms, so ≤ 100% passes.
+		e2eName := "e2e-r1000-p8-c4-1KiB" + sfx
+		add("end to end (send → long-poll delivery), 1,000 msg/s open loop, 1 KiB: p50, p99"+label, "p50 ≤ 1 ms, p99 ≤ 5 ms", []string{e2eName}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+			p := g[e2eName]
+			var rep loadtest.Report
+			if p.Report != nil {
+				rep = *p.Report
+			}
+			l := rep.EndToEnd
+			ratio := max(float64(l.P50)/float64(time.Millisecond), float64(l.P99)/float64(5*time.Millisecond))
+			bad := len(p.Errors) > 0 || rep.Pull.ErrorCount()+rep.Ack.ErrorCount() > 0 || rep.Missed > 0 || rep.Delivered < rep.Sent || rep.Sent == 0
+			measured := fmt.Sprintf("p50 %s, p99 %s (p99.9 %s; %d delivered of %d sent, %d missed)", dur(l.P50), dur(l.P99), dur(l.P999), rep.Delivered, rep.Sent, rep.Missed)
+			return ratio, measured, "bounds p50 1 ms, p99 5 ms", bad
+		})
+		curveTargets(add, func(name string) bool { _, ok := got[0][name]; return ok }, sfx, label)
 	}
-	throughput("batch send, 100 msgs/request, 16 producers, 1 KiB", "batch100-p16-1KiB", "pebble-b256-w16-1KiB")
-	throughput("batch send, 100 msgs/request, 16 producers, 256 B", "batch100-p16-256B", "pebble-b32-w16-256B")
-	throughput("batch send, 100 msgs/request, 16 producers, 16 KiB", "batch100-p16-16KiB", "pebble-b32-w16-16KiB")
-	throughput("single send, 64 producers, 1 KiB", "single-p64-1KiB", "noop-c64-1KiB")
-	add("single send, 1 producer, 1 KiB: p50", "≤ bound", []string{"noop-c1-1KiB", "pebble-b1-w1-1KiB", "single-p1-1KiB"}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
-		n1, pb1w1, s1 := g["noop-c1-1KiB"], g["pebble-b1-w1-1KiB"], g["single-p1-1KiB"]
-		bound := n1.Latency.P50 + pb1w1.Latency.P50 + 150*time.Microsecond
-		return float64(s1.Latency.P50) / float64(bound), fmt.Sprintf("p50 %s", micros(s1.Latency.P50)),
-			fmt.Sprintf("no-op p50 %s + Pebble b1 w1 commit p50 %s + 150µs = %s", micros(n1.Latency.P50), micros(pb1w1.Latency.P50), micros(bound)),
-			len(s1.Errors) > 0
-	})
-	add("pull 256 + ack, 4 consumers, against a backlog, 1 KiB", "≥ 80%", []string{"pull256-c4-1KiB", "batch100-p16-1KiB"}, func(r float64) bool { return r >= 0.8 }, func(g map[string]phase) (float64, string, string, bool) {
-		m, b := g["pull256-c4-1KiB"], g["batch100-p16-1KiB"]
-		return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s acked", thousands(m.MsgsPerSec)),
-			fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
-	})
-	// Latency against absolute bounds: the ratio is the larger of p50/1ms
-	// and p99/5ms, so ≤ 100% passes.
-	add("end to end (send → long-poll delivery), 1,000 msg/s open loop, 1 KiB: p50, p99", "p50 ≤ 1 ms, p99 ≤ 5 ms", []string{"e2e-r1000-p8-c4-1KiB"}, func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
-		p := g["e2e-r1000-p8-c4-1KiB"]
-		var rep loadtest.Report
-		if p.Report != nil {
-			rep = *p.Report
-		}
-		l := rep.EndToEnd
-		ratio := max(float64(l.P50)/float64(time.Millisecond), float64(l.P99)/float64(5*time.Millisecond))
-		bad := len(p.Errors) > 0 || rep.Pull.ErrorCount()+rep.Ack.ErrorCount() > 0 || rep.Missed > 0 || rep.Delivered < rep.Sent || rep.Sent == 0
-		measured := fmt.Sprintf("p50 %s, p99 %s (p99.9 %s; %d delivered of %d sent, %d missed)", dur(l.P50), dur(l.P99), dur(l.P999), rep.Delivered, rep.Sent, rep.Missed)
-		return ratio, measured, "bounds p50 1 ms, p99 5 ms", bad
-	})
 	return targets, nil
+}
+
+// addFunc adds a target (runTargets' add).
+type addFunc func(name, want string, needs []string, pass func(ratio float64) bool, one func(g map[string]phase) (ratio float64, measured, baseline string, errs bool))
+
+// curveTargets adds the single-send curve's targets for the client whose
+// phases end with sfx: from 4 producers on, every point at least half the
+// lower of its two baselines; no point below 90% of the best at a lower
+// concurrency (of the points that ran); from 2 producers on, every
+// point's p50 within the no-op's p50 plus one synced put's p50 (as many
+// writers) plus 300 µs.
+func curveTargets(add addFunc, ran func(phase string) bool, sfx, label string) {
+	single := func(n int) string { return fmt.Sprintf("single-p%d-1KiB", n) + sfx }
+	for i, n := range curvePoints {
+		s, no, pb := single(n), fmt.Sprintf("noop-c%d-1KiB", n)+sfx, fmt.Sprintf("pebble-b1-w%d-1KiB", n)
+		if n >= 4 {
+			add(fmt.Sprintf("curve: single send, %d producers, 1 KiB%s", n, label), "≥ 50% of the lower baseline", []string{s, no, pb},
+				func(r float64) bool { return r >= 0.5 }, func(g map[string]phase) (float64, string, string, bool) {
+					m, b := g[s], g[no]
+					if p := g[pb]; p.MsgsPerSec < b.MsgsPerSec {
+						b = p
+					}
+					return m.MsgsPerSec / b.MsgsPerSec, fmt.Sprintf("%s msg/s", thousands(m.MsgsPerSec)),
+						fmt.Sprintf("%s msg/s (%s)", thousands(b.MsgsPerSec), b.Name), len(m.Errors) > 0
+				})
+		}
+		// Against the best of the lower points that ran: the table shows
+		// a dip wherever it is, for any selection of points.
+		var lower []string
+		for _, m := range curvePoints[:i] {
+			if ran(single(m)) {
+				lower = append(lower, single(m))
+			}
+		}
+		if len(lower) > 0 {
+			add(fmt.Sprintf("curve: single send, %d producers, 1 KiB, against the best lower point%s", n, label), "≥ 90%", append([]string{s}, lower...),
+				func(r float64) bool { return r >= 0.9 }, func(g map[string]phase) (float64, string, string, bool) {
+					m := g[s]
+					var best phase
+					for _, l := range lower {
+						if p := g[l]; p.MsgsPerSec > best.MsgsPerSec {
+							best = p
+						}
+					}
+					return m.MsgsPerSec / best.MsgsPerSec, fmt.Sprintf("%s msg/s", thousands(m.MsgsPerSec)),
+						fmt.Sprintf("%s msg/s (%s)", thousands(best.MsgsPerSec), best.Name), len(m.Errors) > 0
+				})
+		}
+		if n == 1 {
+			continue // the suite's own one-producer p50 target is tighter
+		}
+		add(fmt.Sprintf("curve: single send, %d producers, 1 KiB: p50%s", n, label), "≤ bound", []string{s, no, pb},
+			func(r float64) bool { return r <= 1 }, func(g map[string]phase) (float64, string, string, bool) {
+				m, nop, peb := g[s], g[no], g[pb]
+				bound := nop.Latency.P50 + peb.Latency.P50 + 300*time.Microsecond
+				return float64(m.Latency.P50) / float64(bound), fmt.Sprintf("p50 %s", micros(m.Latency.P50)),
+					fmt.Sprintf("no-op p50 %s + Pebble b1 w%d commit p50 %s + 300µs = %s", micros(nop.Latency.P50), n, micros(peb.Latency.P50), micros(bound)),
+					len(m.Errors) > 0
+			})
+	}
 }
 
 // dur keeps about three significant digits.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tidemq/tidemq/loadtest"
 )
 
 // TestTargetsSuitePhases runs -suite targets with -phases picking the three
@@ -75,6 +78,81 @@ func TestTargetsSuitePhases(t *testing.T) {
 	}
 }
 
+// TestTargetsSuitePlainClient runs a single send and a pull phase of the
+// targets suite with the plain client beside the lean one, picking the
+// plain phases alone: they ran under their @plain names, with the plain
+// client, and moved messages (sent; pulled and acked).
+func TestTargetsSuitePlainClient(t *testing.T) {
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "targets.json")
+	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-client", "lean,plain", "-phases", `^(single-p1|pull256-c4)-1KiB@plain$`,
+		"-duration", "300ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json", "-tracing=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, c, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res suiteResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	var ran []string
+	for _, p := range res.Phases {
+		ran = append(ran, p.Name)
+		if p.Client != "plain" || p.Report == nil || p.Report.Scenario.ClientKind != "plain" {
+			t.Errorf("phase %s: client %q: want plain, in the phase and its report", p.Name, p.Client)
+			continue
+		}
+		if p.MsgsPerSec <= 0 || len(p.Errors) > 0 {
+			t.Errorf("phase %s: %g msg/s, errors %v", p.Name, p.MsgsPerSec, p.Errors)
+		}
+		rep := p.Report
+		switch p.Name {
+		case "single-p1-1KiB@plain":
+			if rep.Sent == 0 || rep.Send.Requests != rep.Sent {
+				t.Errorf("%s: sent %d in %d requests: want some, one each", p.Name, rep.Sent, rep.Send.Requests)
+			}
+		case "pull256-c4-1KiB@plain":
+			if rep.Delivered == 0 || rep.Acked < rep.Delivered || rep.Stale != 0 {
+				t.Errorf("%s: delivered %d, acked %d, stale %d: want some delivered, all acked, none stale", p.Name, rep.Delivered, rep.Acked, rep.Stale)
+			}
+		}
+	}
+	slices.Sort(ran)
+	if want := []string{"pull256-c4-1KiB@plain", "single-p1-1KiB@plain"}; !slices.Equal(ran, want) {
+		t.Fatalf("phases run %v, want %v", ran, want)
+	}
+}
+
+func TestClientFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"-inprocess", "-client", "fancy"},
+		{"-inprocess", "-client", "lean,plain"}, // several clients: the targets suite only
+		{"-suite", "targets", "-inprocess", "-client", "plain,plain"},
+		{"-suite", "backlog", "-client", "plain"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("parseFlags(%q): no error", args)
+		}
+	}
+	c, err := parseFlags([]string{"-inprocess", "-client", "plain"})
+	if err != nil || c.sc.ClientKind != "plain" {
+		t.Errorf("-client plain: %v, scenario client %q", err, c.sc.ClientKind)
+	}
+	c, err = parseFlags([]string{"-suite", "targets", "-inprocess", "-client", "plain,lean", "-duration", "1s"})
+	if err != nil || !slices.Equal(c.clients, []string{"plain", "lean"}) || c.curveDuration != time.Second {
+		t.Errorf("-client plain,lean -duration 1s: %v, clients %q, curve duration %v", err, c.clients, c.curveDuration)
+	}
+}
+
 func TestTargetsSuiteRefusesABadPhasesPattern(t *testing.T) {
 	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-phases", "(", "-quiet"})
 	if err != nil {
@@ -98,6 +176,52 @@ func TestMedianOf(t *testing.T) {
 	} {
 		if got := medianOf(c.xs); math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("medianOf(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+// TestCurveTargets checks the curve's targets on made-up phases: a point
+// that dips below 90% of a lower one fails against it, a point under half
+// the lower of its baselines fails, and a p50 past the bound fails.
+func TestCurveTargets(t *testing.T) {
+	g := map[string]phase{}
+	put := func(name string, rate float64, p50 time.Duration) {
+		g[name] = phase{Name: name, MsgsPerSec: rate, Latency: loadtest.Latency{P50: p50}}
+	}
+	for _, n := range []int{4, 8, 16} {
+		put(fmt.Sprintf("noop-c%d-1KiB", n), 100_000, 100*time.Microsecond)
+		put(fmt.Sprintf("pebble-b1-w%d-1KiB", n), 20_000, time.Millisecond)
+	}
+	put("single-p4-1KiB", 9_000, time.Millisecond)     // 45% of Pebble's 20,000
+	put("single-p8-1KiB", 16_000, time.Millisecond)    // fine
+	put("single-p16-1KiB", 14_000, 2*time.Millisecond) // 87.5% of p8's; p50 past 1.4 ms
+	pass := map[string]bool{}
+	add := func(name, want string, needs []string, ok func(float64) bool, one func(map[string]phase) (float64, string, string, bool)) {
+		for _, n := range needs {
+			if _, ran := g[n]; !ran {
+				return
+			}
+		}
+		r, _, _, errs := one(g)
+		pass[name] = ok(r) && !errs
+	}
+	curveTargets(add, func(name string) bool { _, ok := g[name]; return ok }, "", "")
+	want := map[string]bool{
+		"curve: single send, 4 producers, 1 KiB":                                false,
+		"curve: single send, 8 producers, 1 KiB":                                true,
+		"curve: single send, 16 producers, 1 KiB":                               true,
+		"curve: single send, 8 producers, 1 KiB, against the best lower point":  true,
+		"curve: single send, 16 producers, 1 KiB, against the best lower point": false,
+		"curve: single send, 4 producers, 1 KiB: p50":                           true,
+		"curve: single send, 8 producers, 1 KiB: p50":                           true,
+		"curve: single send, 16 producers, 1 KiB: p50":                          false,
+	}
+	if len(pass) != len(want) {
+		t.Errorf("targets %v, want %v", pass, want)
+	}
+	for name, w := range want {
+		if got, ok := pass[name]; !ok || got != w {
+			t.Errorf("%s: pass %v (present %v), want %v", name, got, ok, w)
 		}
 	}
 }
