@@ -64,7 +64,7 @@ const minBodyGrowth = 64 << 10
 // returns io.EOF or a small probe does.
 func readReserved(src io.Reader, size, limit int64, res *reservation) ([]byte, error) {
 	buf := make([]byte, 0, size)
-	var probe [512]byte
+	var probe []byte // made on first use: a body whose last read brings io.EOF needs none
 	for {
 		if len(buf) < cap(buf) {
 			n, err := src.Read(buf[len(buf):cap(buf)])
@@ -74,7 +74,10 @@ func readReserved(src io.Reader, size, limit int64, res *reservation) ([]byte, e
 			}
 			continue
 		}
-		n, err := src.Read(probe[:])
+		if probe == nil {
+			probe = make([]byte, 512)
+		}
+		n, err := src.Read(probe)
 		if n > 0 {
 			need := int64(len(buf) + n)
 			if need > limit {
