@@ -32,7 +32,7 @@ type Options struct {
 	// MaxRequestBytes caps a request body (default 16 MiB).
 	MaxRequestBytes int64
 	// BodyBudgetBytes caps the request-body bytes held by all requests in
-	// flight together (default 128 MiB): a request whose body does not fit
+	// flight together (default 48 MiB): a request whose body does not fit
 	// is refused with 429 before it is read, unless it is alone.
 	BodyBudgetBytes int64
 	// MaxMessageBytes caps one message body (default 4 MiB); keep it equal
