@@ -31,7 +31,8 @@ type reservation struct {
 // grow reserves n more bytes. It is refused when the budget would go past
 // its limit, unless this request would then hold all of it: a request
 // alone is always admitted, so a budget smaller than one body still lets
-// bodies through one at a time.
+// bodies through one at a time. Two requests that reserve at the same
+// instant may both be refused where one would have fit; each retries.
 func (r *reservation) grow(n int64) bool {
 	u := r.b.used.Add(n)
 	if u > r.b.limit && u != r.held+n {
