@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"compress/gzip"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -29,7 +28,11 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, 
 			}
 		}
 	}
-	body, err := s.readBody(w, r)
+	// The body's bytes are reserved before it is read and given back when
+	// the handler has answered.
+	res := reservation{b: &s.budget}
+	defer res.release()
+	body, err := s.readBody(w, r, &res)
 	if err != nil {
 		return err
 	}
@@ -45,12 +48,22 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, 
 
 // readBody reads the whole request body, decoding gzip or zstd, and refuses
 // anything over MaxRequestBytes (after decompression, so a small bomb is
-// refused too).
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// refused too). The buffer is reserved against the body budget before it
+// is made: a Content-Length at once, before anything is read (a body
+// declared over the limit is refused unread too), and an unknown or
+// decompressed length as the buffer grows.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, res *reservation) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
 	limit := s.opts.MaxRequestBytes
+	if r.ContentLength > limit {
+		return nil, tooLarge(limit)
+	}
+	size := max(r.ContentLength, 0)
+	if size > 0 && !res.grow(size) {
+		return nil, errBudget(res.b)
+	}
 	var src io.Reader = http.MaxBytesReader(w, r.Body, limit+1)
 	switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
 	case "", "identity":
@@ -71,18 +84,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error
 	default:
 		return nil, newHTTPError(415, "unsupported_media_type", "Unsupported media type", "Content-Encoding %q is not supported (gzip, zstd)", enc)
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= limit {
-		buf.Grow(int(r.ContentLength))
-	}
-	n, err := buf.ReadFrom(io.LimitReader(src, limit+1))
-	if _, tooLarge := errors.AsType[*http.MaxBytesError](err); tooLarge || n > limit {
-		return nil, newHTTPError(413, "request_too_large", "Request too large", "the request body is over %d bytes", limit)
-	}
-	if err != nil {
-		return nil, badRequest("", "reading the request body: %v", err)
-	}
-	return buf.Bytes(), nil
+	return readReserved(src, size, limit, res)
 }
 
 // decodeJSON decodes a validated body; an empty body leaves v as it is.

@@ -31,6 +31,10 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxRequestBytes caps a request body (default 16 MiB).
 	MaxRequestBytes int64
+	// BodyBudgetBytes caps the request-body bytes held by all requests in
+	// flight together (default 48 MiB): a request whose body does not fit
+	// is refused with 429 before it is read, unless it is alone.
+	BodyBudgetBytes int64
 	// MaxMessageBytes caps one message body (default 4 MiB); keep it equal
 	// to the broker's.
 	MaxMessageBytes int
@@ -64,6 +68,7 @@ type Server struct {
 	attrSets sync.Map // attrKey → []metric.RecordOption
 	attrN    atomic.Int64
 	tokens   atomic.Pointer[Tokens]
+	budget   bodyBudget
 	gzip     func(http.Handler) http.HandlerFunc
 }
 
@@ -77,6 +82,9 @@ func New(b Broker, opts Options) (*Server, error) {
 	}
 	if opts.MaxMessageBytes <= 0 {
 		opts.MaxMessageBytes = core.DefaultMaxMessageBytes
+	}
+	if opts.BodyBudgetBytes <= 0 {
+		opts.BodyBudgetBytes = DefaultBodyBudgetBytes
 	}
 	doc, err := LoadSpec()
 	if err != nil {
@@ -97,6 +105,7 @@ func New(b Broker, opts Options) (*Server, error) {
 		opts.Metrics = promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{})
 	}
 	s := &Server{b: b, opts: opts, log: opts.Logger.With("component", "gateway"), doc: doc, oaRouter: oaRouter}
+	s.budget.limit = opts.BodyBudgetBytes
 	s.opts.JaegerUI = checkJaegerUI(opts.JaegerUI, s.log)
 	if err := s.initMetrics(opts.MeterProvider); err != nil {
 		return nil, err
@@ -118,7 +127,8 @@ func New(b Broker, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// initMetrics makes the two latency histograms.
+// initMetrics makes the two latency histograms and the body budget's
+// gauges.
 func (s *Server) initMetrics(mp metric.MeterProvider) error {
 	meter := mp.Meter("github.com/tidemq/tidemq/gateway")
 	seconds := func(name, desc string) (metric.Float64Histogram, error) {
@@ -133,8 +143,27 @@ func (s *Server) initMetrics(mp metric.MeterProvider) error {
 	if s.latency, err = seconds("tidemq.operation.duration", "Time to answer a send, batch send, pull or ack, per operation and topic."); err != nil {
 		return err
 	}
-	s.httpDur, err = seconds("http.server.request.duration", "Duration of HTTP server requests, per method, route and status.")
-	return err
+	if s.httpDur, err = seconds("http.server.request.duration", "Duration of HTTP server requests, per method, route and status."); err != nil {
+		return err
+	}
+	used, err := meter.Int64ObservableGauge("tidemq.http.body_budget.used", metric.WithUnit("By"),
+		metric.WithDescription("Request-body bytes reserved by requests in flight (--body-budget-bytes caps them)."))
+	if err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	limit, err := meter.Int64ObservableGauge("tidemq.http.body_budget.limit", metric.WithUnit("By"),
+		metric.WithDescription("The budget for request bodies in flight (--body-budget-bytes)."))
+	if err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	if _, err := meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		o.ObserveInt64(used, s.budget.used.Load())
+		o.ObserveInt64(limit, s.budget.limit)
+		return nil
+	}, used, limit); err != nil {
+		return fmt.Errorf("gateway: metrics: %w", err)
+	}
+	return nil
 }
 
 // newGzipWrapper gzips replies when the client asks, from 256 bytes up:

@@ -28,6 +28,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: "lean",
 		MaxMessageBytes: core.DefaultMaxMessageBytes, ShutdownTimeout: 30 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+		BodyBudgetBytes: gateway.DefaultBodyBudgetBytes,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults = %+v, want %+v (SPEC §6)", c, want)
@@ -38,7 +39,7 @@ func TestParseConfigFlags(t *testing.T) {
 	c, err := parseConfig([]string{
 		"--addr", "127.0.0.1:9999", "--data", "/var/lib/tidemq", "--auto-create=false", "--fsync", "never", "--sync-spin=false",
 		"--max-message-bytes", "1024", "--log-level", "debug", "--shutdown-timeout", "5s",
-		"--fsync-ring=false", "--wal-spares=false", "--span-pipeline", "sdk",
+		"--fsync-ring=false", "--wal-spares=false", "--span-pipeline", "sdk", "--body-budget-bytes", "1048576",
 	}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +49,7 @@ func TestParseConfigFlags(t *testing.T) {
 		SpanPipeline:    "sdk",
 		MaxMessageBytes: 1024, ShutdownTimeout: 5 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+		BodyBudgetBytes: 1 << 20,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("flags = %+v, want %+v", c, want)
@@ -59,7 +61,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 		"TIDEMQ_ADDR": "127.0.0.1:7000", "TIDEMQ_DATA": "/data", "TIDEMQ_AUTO_CREATE": "false",
 		"TIDEMQ_FSYNC": "never", "TIDEMQ_MAX_MESSAGE_BYTES": "2048", "TIDEMQ_LOG_LEVEL": "warn",
 		"TIDEMQ_SYNC_SPIN": "false", "TIDEMQ_FSYNC_RING": "false", "TIDEMQ_WAL_SPARES": "false",
-		"TIDEMQ_SPAN_PIPELINE": "sdk",
+		"TIDEMQ_SPAN_PIPELINE": "sdk", "TIDEMQ_BODY_BUDGET_BYTES": "2097152",
 	}
 	c, err := parseConfig(nil, envOf(env), io.Discard)
 	if err != nil {
@@ -70,6 +72,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 		SpanPipeline:    "sdk",
 		MaxMessageBytes: 2048, ShutdownTimeout: 30 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
+		BodyBudgetBytes: 2 << 20,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("from the environment = %+v, want %+v", c, want)
@@ -108,6 +111,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad --span-pipeline", []string{"--span-pipeline", "fast"}, nil, []string{"--span-pipeline", "fast"}},
 		{"bad TIDEMQ_SPAN_PIPELINE", nil, map[string]string{"TIDEMQ_SPAN_PIPELINE": "otel"}, []string{"--span-pipeline", "otel"}},
 		{"bad --fsync-ring", []string{"--fsync-ring=often"}, nil, []string{"fsync-ring"}},
+		{"zero --body-budget-bytes", []string{"--body-budget-bytes", "0"}, nil, []string{"--body-budget-bytes"}},
+		{"bad TIDEMQ_BODY_BUDGET_BYTES", nil, map[string]string{"TIDEMQ_BODY_BUDGET_BYTES": "128MiB"}, []string{"TIDEMQ_BODY_BUDGET_BYTES"}},
 		// flag stops at the first non-flag: the flags after it would be lost.
 		{"stray argument", []string{"bogus", "--addr", "127.0.0.1:1"}, nil, []string{`"bogus"`, "only flags"}},
 		{"stray argument after flags", []string{"--addr", "127.0.0.1:1", "run"}, nil, []string{`"run"`}},

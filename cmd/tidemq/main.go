@@ -68,6 +68,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.DurationVar(&nc.ConsumerExpiry, "consumer-expiry", nc.ConsumerExpiry, "how long a consumer that stopped pulling stays in subscription stats")
 	fs.Int64Var(&nc.MinFreeBytes, "min-free-bytes", nc.MinFreeBytes, "disk space kept free: below it sends get 507 insufficient_storage until space returns")
 	fs.IntVar(&nc.MaxConnections, "max-connections", nc.MaxConnections, "most client connections served at once; more wait in the listen backlog")
+	fs.Int64Var(&nc.BodyBudgetBytes, "body-budget-bytes", nc.BodyBudgetBytes, "request-body bytes held by all requests in flight together: a request whose body does not fit gets 429 too_many_requests before it is read, unless it is alone (TIDEMQ_BODY_BUDGET_BYTES)")
 	fs.StringVar(&nc.JaegerUI, "jaeger-ui", nc.JaegerUI, "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

@@ -39,7 +39,8 @@ type Config struct {
 	Tokens          string // tokens file, YAML or JSON; "" serves without authentication
 	Insecure        bool   // allow listening beyond loopback without Tokens
 	MaxMessageBytes int
-	MaxConnections  int // client connections served at once; more wait in the backlog
+	MaxConnections  int   // client connections served at once; more wait in the backlog
+	BodyBudgetBytes int64 // request-body bytes held by requests in flight; past it they get 429 unread
 	MinFreeBytes    int64
 	ConsumerExpiry  time.Duration
 	ShutdownTimeout time.Duration // how long the binary's SIGTERM waits for in-flight requests
@@ -57,7 +58,7 @@ func Defaults() Config {
 		Addr: "127.0.0.1:8080", Data: "./data", AutoCreate: true, Fsync: "always",
 		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: SpanPipelineLean,
 		MaxMessageBytes: core.DefaultMaxMessageBytes, MaxConnections: 10000, MinFreeBytes: 128 << 20,
-		ConsumerExpiry: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		BodyBudgetBytes: gateway.DefaultBodyBudgetBytes, ConsumerExpiry: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
 	}
 }
 
@@ -100,6 +101,14 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			c.MaxMessageBytes = n
 		}
 	}
+	if v := getenv("TIDEMQ_BODY_BUDGET_BYTES"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("TIDEMQ_BODY_BUDGET_BYTES: %w", err))
+		} else {
+			c.BodyBudgetBytes = n
+		}
+	}
 	str("TIDEMQ_JAEGER_UI", &c.JaegerUI)
 	return c, errors.Join(errs...)
 }
@@ -115,6 +124,9 @@ func (c Config) Check() error {
 	}
 	if c.MaxMessageBytes < 1 || c.MaxMessageBytes > gateway.DefaultMaxRequestBytes {
 		problems = append(problems, fmt.Errorf("--max-message-bytes must be between 1 and %d", gateway.DefaultMaxRequestBytes))
+	}
+	if c.BodyBudgetBytes < 1 {
+		problems = append(problems, fmt.Errorf("--body-budget-bytes must be at least 1, not %d", c.BodyBudgetBytes))
 	}
 	if !c.Insecure && c.Tokens == "" && !Loopback(c.Addr) {
 		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.Addr))

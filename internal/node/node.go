@@ -105,7 +105,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	}
 	closers = append(closers, n.broker.Close)
 	n.gw, err = gateway.New(n.broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
-		MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI})
+		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI})
 	if err != nil {
 		return nil, err
 	}

@@ -276,3 +276,36 @@ func TestReceiptKeyKeptInDataDir(t *testing.T) {
 		t.Fatal("started with a 7-byte receipt key")
 	}
 }
+
+// TestBodyBudgetOnMetrics: --body-budget-bytes reaches the gateway, and
+// /metrics shows the budget and what of it is in use.
+func TestBodyBudgetOnMetrics(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.BodyBudgetBytes = 12345
+	n, err := Start(context.Background(), cfg, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Shutdown(context.Background())
+	resp, err := http.Get("http://" + n.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"\ntidemq_http_body_budget_limit_bytes 12345\n", "\ntidemq_http_body_budget_used_bytes 0\n"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", strings.TrimSpace(want), grepLines(string(body), "body_budget"))
+		}
+	}
+}
+
+func grepLines(text, sub string) string {
+	var out []string
+	for line := range strings.Lines(text) {
+		if strings.Contains(line, sub) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
+}

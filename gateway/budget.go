@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+)
+
+// DefaultBodyBudgetBytes is the default Options.BodyBudgetBytes. A body
+// becomes garbage once answered, and the broker's collector (internal/gctune)
+// lets the heap grow to about five times what is live: 48 MiB of bodies
+// (three 16 MiB requests) keeps a flooded broker under 512 MiB of RSS.
+const DefaultBodyBudgetBytes = 48 << 20
+
+// bodyBudget bounds the request-body bytes held by requests in flight, so
+// that a flood of large sends is refused before its bodies are read
+// instead of growing the heap (each body is buffered whole).
+type bodyBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// reservation is one request's share of the budget; the zero value with a
+// budget set holds nothing.
+type reservation struct {
+	b    *bodyBudget
+	held int64
+}
+
+// grow reserves n more bytes. It is refused when the budget would go past
+// its limit, unless this request would then hold all of it: a request
+// alone is always admitted, so a budget smaller than one body still lets
+// bodies through one at a time. Two requests that reserve at the same
+// instant may both be refused where one would have fit; each retries.
+func (r *reservation) grow(n int64) bool {
+	u := r.b.used.Add(n)
+	if u > r.b.limit && u != r.held+n {
+		r.b.used.Add(-n)
+		return false
+	}
+	r.held += n
+	return true
+}
+
+// release gives back what the request holds.
+func (r *reservation) release() {
+	if r.held != 0 {
+		r.b.used.Add(-r.held)
+		r.held = 0
+	}
+}
+
+// errBudget is a refusal for want of budget; the caller retries later.
+func errBudget(b *bodyBudget) error {
+	return newHTTPError(http.StatusTooManyRequests, "too_many_requests", "Too many requests",
+		"the request bodies being read take the server's budget of %d bytes; retry later", b.limit)
+}
+
+// minBodyGrowth is the smallest step a body buffer of unknown length
+// grows by, so that a chunked body is not reserved 512 bytes at a time.
+const minBodyGrowth = 64 << 10
+
+// readReserved reads src to its end into one buffer of at most limit
+// bytes, reserving every growth of the buffer before it is made. size is
+// what is already reserved (the Content-Length), the buffer's first
+// capacity; a body that fills it exactly costs no growth, as the last read
+// returns io.EOF or a small probe does.
+func readReserved(src io.Reader, size, limit int64, res *reservation) ([]byte, error) {
+	buf := make([]byte, 0, size)
+	var probe []byte // made on first use: a body whose last read brings io.EOF needs none
+	for {
+		if len(buf) < cap(buf) {
+			n, err := src.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+n]
+			if err != nil {
+				return readEnd(buf, err, limit)
+			}
+			continue
+		}
+		if probe == nil {
+			probe = make([]byte, 512)
+		}
+		n, err := src.Read(probe)
+		if n > 0 {
+			need := int64(len(buf) + n)
+			if need > limit {
+				return nil, tooLarge(limit)
+			}
+			newCap := min(max(2*int64(cap(buf)), need, minBodyGrowth), limit)
+			if !res.grow(newCap - int64(cap(buf))) {
+				return nil, errBudget(res.b)
+			}
+			grown := make([]byte, len(buf), newCap)
+			copy(grown, buf)
+			buf = append(grown, probe[:n]...)
+		}
+		if err != nil {
+			return readEnd(buf, err, limit)
+		}
+	}
+}
+
+// readEnd is the result of a read that ended with err.
+func readEnd(buf []byte, err error, limit int64) ([]byte, error) {
+	if err == io.EOF {
+		return buf, nil
+	}
+	if _, over := errors.AsType[*http.MaxBytesError](err); over {
+		return nil, tooLarge(limit)
+	}
+	return nil, badRequest("", "reading the request body: %v", err)
+}
+
+func tooLarge(limit int64) error {
+	return newHTTPError(http.StatusRequestEntityTooLarge, "request_too_large", "Request too large", "the request body is over %d bytes", limit)
+}
