@@ -47,8 +47,10 @@ func (p *gateProposer) set(failing bool) int {
 func TestCommitsGoThroughTheProposer(t *testing.T) {
 	p := &gateProposer{}
 	e := newEnv(t, core.Options{Proposer: p})
-	if n := p.set(false); n != 1 {
-		t.Fatalf("%d commits proposed by the start, want 1 (the epoch)", n)
+	// The epoch's (its loops may have committed since: the timer loop's
+	// first clean-up).
+	if n := p.set(false); n < 1 {
+		t.Fatalf("%d commits proposed by the start, want the epoch's at least", n)
 	}
 	e.putTopic("orders", 1)
 	e.send("orders", "one")
