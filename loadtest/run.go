@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tidemq/tidemq/sdk"
 )
 
 // runner is the state of one Run.
@@ -338,9 +340,9 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 			return
 		}
 		if batch {
-			out = new(plainBatchResult)
+			out = new(sdk.BatchResult)
 		} else {
-			out = new(plainSendResult)
+			out = new(sdk.SendResult)
 		}
 	} else {
 		body = sendBody(n, batch, r.payload, r.runID, began.UnixNano())
@@ -384,7 +386,7 @@ func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 		var err error
 		if plain {
 			// Marshalled per pull, and read into the API's structs.
-			var pres plainPullResult
+			var pres sdk.PullResult
 			pullBody, _ = json.Marshal(pullReq)
 			if err = r.do(rctx, "POST", pullPath, pullBody, &pres); err == nil {
 				if res, err = plainPulled(&pres); err != nil {

@@ -3,7 +3,6 @@ package loadtest
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/valyala/fastjson"
+
+	"github.com/tidemq/tidemq/sdk"
 )
 
 // The wire format of openapi.yaml, as much of it as the load needs.
@@ -67,79 +68,32 @@ func sendBody(n int, batch bool, body, runID string, sentAtNs int64) []byte {
 	return append(buf, "]}"...)
 }
 
-// The plain client's view of the API: structs of its fields, as a user's
-// code has them, for encoding/json both ways.
-type (
-	plainMessage struct {
-		// Body is encoding/json's []byte: base64 on the wire.
-		Body         []byte            `json:"body"`
-		BodyEncoding string            `json:"bodyEncoding"`
-		Properties   map[string]string `json:"properties,omitempty"`
-	}
-	plainBatch struct {
-		Messages []plainMessage `json:"messages"`
-	}
-	plainSendResult struct {
-		MessageID string `json:"messageId"`
-		QueueID   int    `json:"queueId"`
-		Offset    int64  `json:"offset"`
-		StoredAt  string `json:"storedAt"`
-		Duplicate bool   `json:"duplicate"`
-	}
-	plainBatchResult struct {
-		Results []plainSendResult `json:"results"`
-	}
-	plainPulledMessage struct {
-		MessageID       string            `json:"messageId"`
-		Topic           string            `json:"topic"`
-		QueueID         int               `json:"queueId"`
-		Offset          int64             `json:"offset"`
-		Body            string            `json:"body"`
-		BodyEncoding    string            `json:"bodyEncoding"`
-		Tag             string            `json:"tag"`
-		Keys            []string          `json:"keys"`
-		Properties      map[string]string `json:"properties"`
-		ShardingKey     string            `json:"shardingKey"`
-		BornAt          string            `json:"bornAt"`
-		StoredAt        string            `json:"storedAt"`
-		ProducerGroup   string            `json:"producerGroup"`
-		DeliveryAttempt int               `json:"deliveryAttempt"`
-		ReceiptHandle   string            `json:"receiptHandle"`
-		Traceparent     string            `json:"traceparent"`
-	}
-	plainPullResult struct {
-		Messages []plainPulledMessage `json:"messages"`
-	}
-)
-
 // plainSendBody is sendBody for the plain client: n messages of fresh
 // random bytes from src, marshalled by encoding/json.
 func plainSendBody(n int, batch bool, size int, src io.Reader, runID string, sentAtNs int64) ([]byte, error) {
-	msgs := make([]plainMessage, n)
+	msgs := make([]sdk.SendMessage, n)
 	for i := range msgs {
 		body := make([]byte, size)
 		if _, err := io.ReadFull(src, body); err != nil {
 			return nil, err
 		}
-		msgs[i] = plainMessage{Body: body, BodyEncoding: "base64",
-			Properties: map[string]string{PropRun: runID, PropSentAt: strconv.FormatInt(sentAtNs, 10)}}
+		msgs[i] = sdk.NewBinaryMessage(body)
+		msgs[i].Properties = map[string]string{PropRun: runID, PropSentAt: strconv.FormatInt(sentAtNs, 10)}
 	}
 	if !batch {
 		return json.Marshal(msgs[0])
 	}
-	return json.Marshal(plainBatch{Messages: msgs})
+	return json.Marshal(sdk.SendBatch{Messages: msgs})
 }
 
 // plainPulled is what the plain client makes of a pull reply: each body
 // decoded from its encoding, as a consumer would before using it, and the
 // load's view of each message.
-func plainPulled(res *plainPullResult) (pullResult, error) {
+func plainPulled(res *sdk.PullResult) (pullResult, error) {
 	out := pullResult{Messages: make([]pulledMessage, len(res.Messages))}
 	for i, m := range res.Messages {
-		if m.BodyEncoding == "base64" {
-			if _, err := base64.StdEncoding.DecodeString(m.Body); err != nil {
-				return out, fmt.Errorf("message %s: body: %w", m.MessageID, err)
-			}
+		if _, err := m.Bytes(); err != nil {
+			return out, fmt.Errorf("message %s: body: %w", m.MessageID, err)
 		}
 		pm := &out.Messages[i]
 		pm.DeliveryAttempt, pm.ReceiptHandle = m.DeliveryAttempt, m.ReceiptHandle
