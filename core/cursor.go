@@ -79,6 +79,9 @@ type subQueue struct {
 	preAcked map[uint64]bool
 	// durableAcks are acks above the persisted watermark that are on disk.
 	durableAcks map[uint64]bool
+	// rescanTo is where next stood when a filter change sent it back to
+	// the watermark: offsets below it may be outstanding or acked already.
+	rescanTo uint64
 	// attempts holds the stored progress of offsets above the watermark
 	// not handed out since the start: the scan gives it back to them.
 	attempts    map[uint64]AttemptRecord
@@ -240,7 +243,7 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 			delete(sq.preAcked, e.Offset)
 			return true
 		}
-		if sq.out.has(e.Offset) || sq.durableAcks[e.Offset] {
+		if e.Offset < sq.rescanTo && (sq.out.has(e.Offset) || sq.durableAcks[e.Offset]) {
 			return true // read again after a filter change: outstanding, or acked
 		}
 		if !w.filter.mayMatch(e.TagHash) {

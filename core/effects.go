@@ -185,6 +185,7 @@ func (s *subscription) applyLocked(e *effect) {
 			// watermark, passing what is outstanding or acked.
 			for _, c := range s.byID {
 				for _, sq := range c.queues {
+					sq.rescanTo = max(sq.rescanTo, sq.next)
 					sq.next = sq.acked
 				}
 				c.readyNow = true
