@@ -23,27 +23,9 @@ import (
 // are profiled and traced, each into its own file.
 func TestTargetsSuitePhases(t *testing.T) {
 	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "targets.json")
-	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-phases", `^(pebble-b1-w1|noop-c1|single-p1)-1KiB$`,
-		"-duration", "400ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json",
-		"-profile-phase", "noop-c1-1KiB,single-p1-1KiB", "-cpuprofile", filepath.Join(dir, "cpu.pprof"), "-trace", filepath.Join(dir, "run.trace")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, c, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res suiteResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := runTargetsSuite(t, dir, "-phases", `^(pebble-b1-w1|noop-c1|single-p1)-1KiB$`,
+		"-duration", "400ms", "-warmup", "100ms", "-quiet", "-format", "json",
+		"-profile-phase", "noop-c1-1KiB,single-p1-1KiB", "-cpuprofile", filepath.Join(dir, "cpu.pprof"), "-trace", filepath.Join(dir, "run.trace"))
 	var ran []string
 	for _, p := range res.Phases {
 		ran = append(ran, p.Name)
@@ -83,27 +65,8 @@ func TestTargetsSuitePhases(t *testing.T) {
 // plain phases alone: they ran under their @plain names, with the plain
 // client, and moved messages (sent; pulled and acked).
 func TestTargetsSuitePlainClient(t *testing.T) {
-	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "targets.json")
-	c, err := parseFlags([]string{"-suite", "targets", "-inprocess", "-client", "lean,plain", "-phases", `^(single-p1|pull256-c4)-1KiB@plain$`,
-		"-duration", "300ms", "-warmup", "100ms", "-dir", dir, "-json", jsonPath, "-quiet", "-format", "json", "-tracing=false"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, c, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res suiteResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
+	res := runTargetsSuite(t, t.TempDir(), "-client", "lean,plain", "-phases", `^(single-p1|pull256-c4)-1KiB@plain$`,
+		"-duration", "300ms", "-warmup", "100ms", "-quiet", "-format", "json", "-tracing=false")
 	var ran []string
 	for _, p := range res.Phases {
 		ran = append(ran, p.Name)
@@ -224,4 +187,30 @@ func TestCurveTargets(t *testing.T) {
 			t.Errorf("%s: pass %v (present %v), want %v", name, got, ok, w)
 		}
 	}
+}
+
+// runTargetsSuite runs -suite targets in process with args, its data in
+// dir, and returns the result it wrote as -json.
+func runTargetsSuite(t *testing.T, dir string, args ...string) suiteResult {
+	t.Helper()
+	jsonPath := filepath.Join(dir, "targets.json")
+	c, err := parseFlags(append([]string{"-suite", "targets", "-inprocess", "-dir", dir, "-json", jsonPath}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, c, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res suiteResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
