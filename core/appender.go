@@ -45,6 +45,11 @@ type request struct {
 // submit hands r to the appender and waits until it is durable.
 func (b *Broker) submit(ctx context.Context, r *request) error {
 	r.done = make(chan error, 1)
+	if r.kind != reqAdmin {
+		// Admin requests commit alone: no group expects them.
+		b.inFlight.Add(1)
+		defer b.inFlight.Add(-1)
+	}
 	if b.commitAlone(r) {
 		return <-r.done
 	}
@@ -63,7 +68,7 @@ func (b *Broker) submit(ctx context.Context, r *request) error {
 // Under load the queue is rarely empty, so sends still share commits. It
 // reports false, having done nothing, when r must go through the queue.
 func (b *Broker) commitAlone(r *request) bool {
-	if !r.isSend() || len(b.requests) > 0 || b.lingering.Load() || !b.closeMu.TryRLock() {
+	if !r.isSend() || b.waitsForGroup() || len(b.requests) > 0 || b.lingering.Load() || !b.closeMu.TryRLock() {
 		return false
 	}
 	defer b.closeMu.RUnlock()
@@ -122,13 +127,11 @@ func (b *Broker) enqueue(ctx context.Context, r *request) error {
 // appendLoop is the only writer: it drains waiting requests into one batch,
 // commits it with one fsync, then makes the new offsets visible and answers.
 // While a commit runs, new requests pile up and form the next batch (group
-// commit). A lone request pays one fsync and no wait; only after a commit
-// that carried many requests does the appender linger for the next group
-// (gather with a timer).
+// commit); when fewer are queued than the group commit expects, the
+// appender lingers for the rest (gather with a timer).
 func (b *Broker) appendLoop() {
 	var pending []*request
 	var carry *request
-	lastRound := 0
 	linger := time.NewTimer(time.Hour)
 	linger.Stop()
 	for {
@@ -146,46 +149,100 @@ func (b *Broker) appendLoop() {
 		b.queuedBytes.Add(-first.queued)
 		pending = append(pending[:0], first)
 		size := first.size()
+		missing, came := 0, 0
 		if first.kind != reqAdmin {
-			pending, size, carry = b.gather(pending, size, math.MaxInt, nil)
-			if carry == nil && lastRound >= lingerMinRequests {
-				pending, _, carry = b.gather(pending, size, 2*lastRound, linger)
+			pending, size, carry = b.gather(pending, size, math.MaxInt, nil, 0)
+			if want := int(b.expected.Load()); carry == nil && len(pending) < want && b.waitsForGroup() {
+				had := len(pending)
+				pending, _, carry = b.gather(pending, size, want, linger, b.lingerBound())
+				missing, came = want-had, len(pending)-had
 			}
 		}
-		lastRound = len(pending)
 		b.commitMu.Lock()
+		if missing > 0 {
+			b.lingered(missing, came)
+		}
 		b.commit(pending, false)
 		b.commitMu.Unlock()
 		clear(pending)
 	}
 }
 
-// Group commit under concurrency: when the last commit carried at least
-// lingerMinRequests requests, the appender waits up to lingerMax for twice
-// as many to gather before the next one (MySQL's
-// binlog_group_commit_sync_delay and _no_delay_count, made adaptive). Each
-// fdatasync costs CPU (~75 µs on the 2-core VM) and blocks a thread that
-// holds one of the Go scheduler's Ps until the runtime takes it back; at
-// 64 single-send producers commits carry ~10 sends each and the broker
-// would use 1.5 of 2 cores. Waiting gains ~27% single sends at 64 producers
-// and leaves batch sends unchanged (docs/BENCHMARKS.md, with the values
-// tried). A lone producer, or a trickle,
-// never waits: its last commit carried one request.
+// The group commit decides from what it sees, not from a count tuned at
+// one load. When a commit is durable, every request handed to submit and
+// not yet answered is either in it or queued behind it: that number is how
+// many the next round expects (a closed-loop producer answered now sends
+// again within its round trip). The appender waits for that many, but never
+// longer than a commit takes: waiting longer would cost more than
+// committing what it has and starting the next. Whether waiting pays is
+// seen too: open-loop senders (a rate, not a loop) do not come back when
+// answered, so a wait that got less than half of what it waited for is a
+// miss, and after each miss in a row the appender skips twice as many
+// rounds (up to maxSkippedRounds) before it waits again; and a round
+// whose first request comes later than two commit times after the last
+// commit does not wait (whoever was answered then is not coming). A lone
+// producer, or a trickle, expects one and never waits; a send then commits
+// on its own goroutine (commitAlone). Admin requests are not counted: they
+// commit alone.
 const (
-	lingerMinRequests = 8
-	lingerMax         = 750 * time.Microsecond
+	lingerFloor      = 20 * time.Microsecond
+	lingerMax        = time.Millisecond
+	maxSkippedRounds = 64
 )
+
+// lingerBound is how long the appender waits for the rest of a round: the
+// recent commit time, bounded.
+func (b *Broker) lingerBound() time.Duration {
+	return min(max(time.Duration(b.commitTime), lingerFloor), lingerMax)
+}
+
+// lingered records what a wait for missing requests got (under commitMu).
+func (b *Broker) lingered(missing, came int) {
+	if 2*came >= missing {
+		b.lingerMisses = 0
+		return
+	}
+	b.lingerMisses = min(b.lingerMisses+1, 16)
+	// +1: the commit of the round that missed counts one down.
+	b.skipRounds = min(1<<b.lingerMisses, maxSkippedRounds) + 1
+}
+
+// observeCommit records how long a proposal took and, from the requests
+// still unanswered, how many the next round expects and whether it waits
+// for them.
+func (b *Broker) observeCommit(took time.Duration) {
+	b.commitTime += (int64(took) - b.commitTime) / 8
+	expected := b.inFlight.Load()
+	b.expected.Store(expected)
+	if b.skipRounds > 0 {
+		b.skipRounds--
+	}
+	if expected > 1 && b.skipRounds == 0 {
+		// Closed-loop producers answered now are back within about a
+		// commit's time; a request that comes later is not one of them.
+		b.groupUntil.Store(time.Now().Add(2 * b.lingerBound()).UnixNano())
+	} else {
+		b.groupUntil.Store(0)
+	}
+}
+
+// waitsForGroup reports whether a request arriving now belongs to a round
+// the appender waits to gather.
+func (b *Broker) waitsForGroup() bool {
+	until := b.groupUntil.Load()
+	return until != 0 && time.Now().UnixNano() < until
+}
 
 // gather adds queued requests to pending until it holds want of them, the
 // commit size cap is reached, or an admin request comes (returned, to go
 // alone next). With linger nil it takes only what is queued already; with
-// a timer it waits for more, until lingerMax passes or Close begins.
-func (b *Broker) gather(pending []*request, size, want int, linger *time.Timer) ([]*request, int, *request) {
+// a timer it waits for more, until wait passes or Close begins.
+func (b *Broker) gather(pending []*request, size, want int, linger *time.Timer, wait time.Duration) ([]*request, int, *request) {
 	var expired <-chan time.Time
 	if linger != nil {
 		b.lingering.Store(true)
 		defer b.lingering.Store(false)
-		linger.Reset(lingerMax)
+		linger.Reset(wait)
 		defer linger.Stop()
 		expired = linger.C
 	}
@@ -297,7 +354,10 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	if counters != b.counters {
 		batch.PutCounters(counters)
 	}
-	if err := b.proposer.Propose(batch, lone); err != nil {
+	proposed := time.Now()
+	err := b.proposer.Propose(batch, lone)
+	b.observeCommit(time.Since(proposed))
+	if err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore
 		for _, q := range b.touched {

@@ -145,6 +145,18 @@ type Broker struct {
 	// lingering is set while the appender waits for a group to gather
 	// (gather with a timer): a send then joins it instead of committing alone.
 	lingering atomic.Bool
+	// inFlight counts requests handed to submit and not yet answered, and
+	// expected is how many the group commit expects per round (groupcommit.go).
+	inFlight atomic.Int64
+	expected atomic.Int64
+	// groupUntil is when the round after the last commit stops waiting for
+	// the expected requests (UnixNano; 0: it does not wait).
+	groupUntil atomic.Int64
+	// commitTime is the moving average of a proposal's duration, in ns;
+	// lingerMisses and skipRounds say whether waiting paid (appender-owned).
+	commitTime   int64
+	lingerMisses int
+	skipRounds   int
 	// committedSeq is the seq after the last committed record; logCut the
 	// seq retention last cut the log below (0 after a start: the first
 	// pass cuts once more, harmlessly).

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -28,7 +29,7 @@ func TestGatherStops(t *testing.T) {
 	for range 5 {
 		b.requests <- sendRequest(10)
 	}
-	got, size, carry := b.gather([]*request{first}, first.size(), 4, timer)
+	got, size, carry := b.gather([]*request{first}, first.size(), 4, timer, lingerMax)
 	if len(got) != 4 || carry != nil || len(b.requests) != 2 || size != 4*first.size() {
 		t.Errorf("want 4 of 6: took %d (size %d), carry %v, left %d queued", len(got), size, carry, len(b.requests))
 	}
@@ -41,7 +42,7 @@ func TestGatherStops(t *testing.T) {
 	b.requests <- sendRequest(10)
 	b.requests <- admin
 	b.requests <- sendRequest(10)
-	got, _, carry = b.gather([]*request{first}, first.size(), 10, timer)
+	got, _, carry = b.gather([]*request{first}, first.size(), 10, timer, lingerMax)
 	if len(got) != 2 || carry != admin || len(b.requests) != 1 {
 		t.Errorf("admin request: took %d, carry %v (want the admin request), left %d queued", len(got), carry, len(b.requests))
 	}
@@ -51,7 +52,7 @@ func TestGatherStops(t *testing.T) {
 		b.requests <- sendRequest(1000)
 	}
 	big := sendRequest(1000)
-	got, size, _ = b.gather([]*request{big}, big.size(), 10, timer)
+	got, size, _ = b.gather([]*request{big}, big.size(), 10, timer, lingerMax)
 	if len(got) != 3 || size < b.opts.MaxCommitBytes {
 		t.Errorf("size cap %d: took %d requests of %d bytes in all", b.opts.MaxCommitBytes, len(got), size)
 	}
@@ -60,7 +61,7 @@ func TestGatherStops(t *testing.T) {
 	for range 3 {
 		b.requests <- sendRequest(10)
 	}
-	if got, _, carry = b.gather([]*request{first}, first.size(), math.MaxInt, nil); len(got) != 4 || carry != nil || len(b.requests) != 0 {
+	if got, _, carry = b.gather([]*request{first}, first.size(), math.MaxInt, nil, 0); len(got) != 4 || carry != nil || len(b.requests) != 0 {
 		t.Errorf("no linger: took %d of the 4 there, carry %v", len(got), carry)
 	}
 	if b.lingering.Load() {
@@ -69,14 +70,14 @@ func TestGatherStops(t *testing.T) {
 
 	b = lingerBroker(1 << 20)
 	close(b.closing)
-	if got, _, _ = b.gather([]*request{first}, first.size(), 10, timer); len(got) != 1 {
+	if got, _, _ = b.gather([]*request{first}, first.size(), 10, timer, lingerMax); len(got) != 1 {
 		t.Errorf("closing: took %d", len(got))
 	}
 
 	b = lingerBroker(1 << 20)
 	done := make(chan int)
 	go func() {
-		got, _, _ := b.gather([]*request{first}, first.size(), 10, timer)
+		got, _, _ := b.gather([]*request{first}, first.size(), 10, timer, lingerMax)
 		done <- len(got)
 	}()
 	select {
@@ -96,5 +97,61 @@ func TestSendWhileLingeringJoinsTheGroup(t *testing.T) {
 	b.lingering.Store(true)
 	if b.commitAlone(sendRequest(1)) {
 		t.Fatal("a send committed alone while the appender lingered")
+	}
+}
+
+// TestGroupCommitExpectsWhatIsInFlight: after a commit the next round
+// expects every request still unanswered, waits for them only when more
+// than one is expected, and backs off (twice as many rounds after each miss
+// in a row, up to maxSkippedRounds) when waiting did not pay.
+func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
+	b := lingerBroker(1 << 20)
+	b.inFlight.Store(1)
+	b.observeCommit(300 * time.Microsecond)
+	if b.expected.Load() != 1 || (b.groupUntil.Load() != 0) {
+		t.Fatalf("one in flight: expected %d, wait %v; want 1, no wait (a lone send commits alone)", b.expected.Load(), (b.groupUntil.Load() != 0))
+	}
+	b.inFlight.Store(12)
+	b.observeCommit(300 * time.Microsecond)
+	if b.expected.Load() != 12 || !(b.groupUntil.Load() != 0) {
+		t.Fatalf("12 in flight: expected %d, wait %v; want 12, wait", b.expected.Load(), (b.groupUntil.Load() != 0))
+	}
+	if bound := b.lingerBound(); bound <= 0 || bound > lingerMax {
+		t.Errorf("linger bound %v outside (0, %v]", bound, lingerMax)
+	}
+	if until := time.Unix(0, b.groupUntil.Load()); time.Until(until) > 2*lingerMax {
+		t.Errorf("the round waits until %v from now, more than two commit times", time.Until(until))
+	}
+	saved := b.groupUntil.Load()
+	b.groupUntil.Store(time.Now().Add(-time.Microsecond).UnixNano())
+	if b.waitsForGroup() {
+		t.Error("a request coming after the round's window waits for the round")
+	}
+	b.groupUntil.Store(saved)
+
+	// roundsWithoutWait counts the rounds after a miss that do not wait.
+	roundsWithoutWait := func() int {
+		n := 0
+		for b.observeCommit(300 * time.Microsecond); !(b.groupUntil.Load() != 0); b.observeCommit(300 * time.Microsecond) {
+			n++
+			if n > 1000 {
+				t.Fatal("never waits again")
+			}
+		}
+		return n
+	}
+	var skipped []int
+	for range 8 {
+		b.lingered(11, 2) // under half of the missing came
+		skipped = append(skipped, roundsWithoutWait())
+	}
+	want := []int{2, 4, 8, 16, 32, maxSkippedRounds, maxSkippedRounds, maxSkippedRounds}
+	if !slices.Equal(skipped, want) {
+		t.Errorf("rounds without waiting after misses in a row: %v, want %v", skipped, want)
+	}
+	b.lingered(11, 6) // half came: it paid
+	b.lingered(11, 0)
+	if got := roundsWithoutWait(); got != 2 {
+		t.Errorf("a miss after a wait that paid skipped %d rounds, want 2 (the back-off starts again)", got)
 	}
 }
