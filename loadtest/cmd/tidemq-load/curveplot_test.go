@@ -130,4 +130,3 @@ func checkCurvePNG(t *testing.T, path string) {
 		t.Errorf("%s is %dx%d, want 960x768 (10 x 8 inches at 96 dpi)", path, b.Dx(), b.Dy())
 	}
 }
-
