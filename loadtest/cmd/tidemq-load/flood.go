@@ -391,8 +391,8 @@ func budgetGauges(ctx context.Context, hc *http.Client, base string) (used, limi
 // -broker-bin) and records it as a phase.
 func (c *suite) floodPhase(ctx context.Context, name string) (phase, error) {
 	spec := floodSuiteSpec(c.floodDuration)
-	desc := fmt.Sprintf("broker process, producer flood: %d connections posting %s batches of %d messages for %s, no back-off on 429, client timeout %s",
-		spec.Connections, bytesIEC(int64(spec.BatchBytes)), spec.BatchMessages, spec.Duration, spec.Timeout)
+	desc := fmt.Sprintf("broker process, producer flood: %d connections posting %g MB batches of %d messages for %s, no back-off on 429, client timeout %s",
+		spec.Connections, float64(spec.BatchBytes)/1e6, spec.BatchMessages, spec.Duration, spec.Timeout)
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	work, err := os.MkdirTemp(c.dir, "tidemq-load-flood-")
 	if err != nil {
@@ -502,7 +502,7 @@ func floodTargets(add addFunc) {
 // writeMarkdown is the flood's section of the suite's report.
 func (f *floodResult) writeMarkdown(b *strings.Builder, name string, round int) {
 	fmt.Fprintf(b, "\n### Phase %s, round %d (producer flood)\n\n", name, round)
-	fmt.Fprintf(b, "- %d connections, each posting a %s batch of %d messages as soon as the last was answered, for %s (%.1f s until the last answer); client timeout %s\n",
+	fmt.Fprintf(b, "- %d connections, each posting a %s-byte batch of %d messages as soon as the last was answered, for %s (%.1f s until the last answer); client timeout %s\n",
 		f.Spec.Connections, thousands(float64(f.RequestBytes)), f.Spec.BatchMessages, f.Spec.Duration, time.Duration(f.Elapsed).Seconds(), f.Spec.Timeout)
 	fmt.Fprintf(b, "- answers: %s; %d requests in all\n", f.answers(), f.Requests)
 	fmt.Fprintf(b, "- latency: all %s; 201 %s; 429 %s; longest %s\n", f.Latency, f.CreatedLatency, f.RefusedLatency, dur(f.MaxRequest))

@@ -38,13 +38,13 @@ func TestFloodBatchIsAValidBatchUnderItsSize(t *testing.T) {
 }
 
 // TestFloodSmoke floods a real broker process with a small body budget
-// (2 MiB) from 4 connections posting 1 MB batches for 2 s: some are
+// (2 MiB) from 4 connections posting 1 MB batches for 1 s: some are
 // stored, the rest refused with 429 and Retry-After; nothing else comes
 // back, every stored message is in the topic, the budget in use never
 // passes its limit, and the broker process is gone afterwards.
 func TestFloodSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds ./cmd/tidemq and floods it for 2 s")
+		t.Skip("builds ./cmd/tidemq and floods it for 1 s")
 	}
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -54,7 +54,7 @@ func TestFloodSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	const budget = 2 << 20
-	spec := floodSpec{Connections: 4, BatchBytes: 1_000_000, BatchMessages: 100, Duration: 2 * time.Second, Timeout: 20 * time.Second,
+	spec := floodSpec{Connections: 4, BatchBytes: 1_000_000, BatchMessages: 100, Duration: time.Second, Timeout: 20 * time.Second,
 		BrokerArgs: []string{"--body-budget-bytes", "2097152"}}
 	res, err := runFlood(ctx, spec, bin, dir, t.Logf)
 	checkNoBroker(t, []int{res.BrokerPid})

@@ -22,6 +22,19 @@
 //	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases single-p64 -trace c64.trace
 //	go tool trace c64.trace
 //
+// The single-send curve's plot (rate and p50 against producers, with the
+// no-op and raw Pebble ceilings), from the run or from saved JSON reports
+// (several on the same axes):
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -client lean,plain -phases 'single-p|noop-c|pebble-b1-w' -curve-plot curve.png -json curve.json
+//	go run ./loadtest/cmd/tidemq-load -plot-curve before.json,after.json -o curve.png
+//
+// The producer flood, a phase the suite runs only when -phases names it:
+// 48 connections posting 15 MB batches for -flood-duration at the broker
+// built from ./cmd/tidemq, run as a separate process (its peak RSS):
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^flood-c48-15MB$'
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
