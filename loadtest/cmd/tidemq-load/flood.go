@@ -519,6 +519,7 @@ func (f *floodResult) writeMarkdown(b *strings.Builder, name string, round int) 
 }
 
 // optInPhase reports whether the targets suite runs phase name only when
-// -phases names it: the flood costs more than the suite's other phases
-// together spend per target (a build, a broker process, gigabytes written).
+// -phases names it: the flood takes a build, a broker process and 20 s of
+// gigabytes written and synced, more than a suite run should spend on one
+// target without being asked.
 func optInPhase(name string) bool { return name == floodPhaseName }
