@@ -50,13 +50,12 @@ type brokerProc struct {
 }
 
 // startBrokerProc starts bin on dataDir on a loopback port of its own
-// choosing, with --fsync always and --log-level info, its stdout and
-// stderr appended to logPath, and waits until GET /readyz answers 200. It
-// returns the time from starting the process to that answer; extra flags
-// follow those. The
-// environment is the load tester's without TIDEMQ_* and OTEL_* variables:
-// the flags say it all, and no tokens, telemetry export or other setting
-// slips in.
+// choosing, with --fsync always and --log-level info (then extra), its
+// stdout and stderr appended to logPath, and waits until GET /readyz
+// answers 200. It returns the time from starting the process to that
+// answer. The environment is the load tester's without TIDEMQ_* and
+// OTEL_* variables: the flags say it all, and no tokens, telemetry export
+// or other setting slips in.
 //
 // The broker binds port 0 and the address comes from its "tidemq
 // listening" log line. A port picked here and handed over could be taken
