@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -84,5 +86,60 @@ func TestFloodSmoke(t *testing.T) {
 	}
 	if res.BrokerLog != "" {
 		t.Errorf("broker log kept (%s) after a flood that went well", res.BrokerLog)
+	}
+}
+
+// TestFloodTargets: each flood target passes on a good flood and fails on
+// the fault it is about, and none is there when the flood did not run.
+func TestFloodTargets(t *testing.T) {
+	good := func() *floodResult {
+		return &floodResult{Spec: floodSuiteSpec(20 * time.Second), Requests: 100, Statuses: map[string]int64{"201": 10, "429": 90},
+			Stored: 10_000, TopicMessages: 10_000, PeakRSS: 400 << 20, MaxRequest: 2 * time.Second}
+	}
+	verdicts := func(f *floodResult) map[string]bool {
+		g := map[string]phase{}
+		if f != nil {
+			g[floodPhaseName] = phase{Name: floodPhaseName, Flood: f}
+		}
+		pass := map[string]bool{}
+		floodTargets(func(name, want string, needs []string, ok func(float64) bool, one func(map[string]phase) (float64, string, string, bool)) {
+			for _, n := range needs {
+				if _, ran := g[n]; !ran {
+					return
+				}
+			}
+			r, _, _, errs := one(g)
+			pass[strings.TrimPrefix(name, "producer flood, 48 connections, 15 MB batches: ")] = ok(r) && !errs
+		})
+		return pass
+	}
+	if v := verdicts(nil); len(v) != 0 {
+		t.Errorf("without the flood phase: targets %v", v)
+	}
+	if v := verdicts(good()); len(v) != 3 || !v["broker peak RSS"] || !v["longest request"] || !v["answers"] {
+		t.Errorf("a good flood: %v, want the three targets passed", v)
+	}
+	for _, c := range []struct {
+		fault   string
+		targets []string // those that fail
+		spoil   func(*floodResult)
+	}{
+		{"peak RSS 513 MiB", []string{"broker peak RSS"}, func(f *floodResult) { f.PeakRSS = 513 << 20 }},
+		{"a request past the timeout", []string{"longest request"}, func(f *floodResult) { f.MaxRequest = 31 * time.Second }},
+		{"a client timeout (no answer)", []string{"longest request", "answers"}, func(f *floodResult) { f.Statuses["timeout"] = 1; f.Requests++ }},
+		{"a 500", []string{"answers"}, func(f *floodResult) { f.Statuses["500"] = 1; f.Requests++ }},
+		{"a 413", []string{"answers"}, func(f *floodResult) { f.Statuses["413"] = 1; f.Requests++ }},
+		{"a 429 without Retry-After", []string{"answers"}, func(f *floodResult) { f.TooManyNoRetryAfter = 1 }},
+		{"no 201", []string{"answers"}, func(f *floodResult) { f.Statuses = map[string]int64{"429": 100}; f.Stored, f.TopicMessages = 0, 0 }},
+		{"stored messages missing from the topic", []string{"answers"}, func(f *floodResult) { f.TopicMessages-- }},
+	} {
+		f := good()
+		c.spoil(f)
+		v := verdicts(f)
+		for name, pass := range v {
+			if want := !slices.Contains(c.targets, name); pass != want {
+				t.Errorf("%s: %s passed %v, want %v", c.fault, name, pass, want)
+			}
+		}
 	}
 }
