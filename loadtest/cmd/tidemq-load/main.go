@@ -22,6 +22,19 @@
 //	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases single-p64 -trace c64.trace
 //	go tool trace c64.trace
 //
+// The single-send curve's plot (rate and p50 against producers, with the
+// no-op and raw Pebble ceilings), from the run or from saved JSON reports
+// (several on the same axes):
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -client lean,plain -phases 'single-p|noop-c|pebble-b1-w' -curve-plot curve.png -json curve.json
+//	go run ./loadtest/cmd/tidemq-load -plot-curve before.json,after.json -o curve.png
+//
+// The producer flood, a phase the suite runs only when -phases names it:
+// 48 connections posting 15 MB batches for -flood-duration at the broker
+// built from ./cmd/tidemq, run as a separate process (its peak RSS):
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^flood-c48-15MB$'
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
@@ -57,9 +70,10 @@ import (
 type config struct {
 	url, token, dir, suite, format, cpuProfile, execTrace, profilePhase, logLevel, phases string
 	jsonFile, brokerBin, plotFile, seriesFile, client                                     string
+	curvePlot, plotCurve, plotOut                                                         string
 	clients                                                                               []string
 	inprocess, quiet, noAck, tracing, gzip                                                bool
-	warmup, fillTimeout, curveDuration                                                    time.Duration
+	warmup, fillTimeout, curveDuration, floodDuration                                     time.Duration
 	rounds                                                                                int
 	sc                                                                                    loadtest.Scenario
 }
@@ -74,7 +88,11 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, or targets for its flood phase: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.DurationVar(&c.floodDuration, "flood-duration", 20*time.Second, "with -suite targets: how long the flood phase ("+floodPhaseName+", run only when -phases names it) sends")
+	fs.StringVar(&c.curvePlot, "curve-plot", "", "with -suite targets: write a PNG plot of the single-send curve (rate and p50 against producers, with the no-op and raw Pebble ceilings) to this file")
+	fs.StringVar(&c.plotCurve, "plot-curve", "", "instead of a run: plot the single-send curve of these saved -suite targets JSON reports (comma-separated; several are drawn on the same axes, each named by its file) into -o")
+	fs.StringVar(&c.plotOut, "o", "", "with -plot-curve: the PNG file to write")
 	fs.StringVar(&c.plotFile, "plot", "", "with -suite backlog: write a PNG plot of throughput, p99 and RSS over the run to this file")
 	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
@@ -125,6 +143,15 @@ func parseFlags(args []string) (config, error) {
 	if sc.Consumers.WaitSeconds == 0 {
 		sc.Consumers.WaitSeconds = -1 // the flag's 0 means "answer at once"
 	}
+	if c.plotCurve != "" {
+		if c.plotOut == "" || c.suite != "" || c.url != "" || c.inprocess {
+			return c, errors.New("-plot-curve takes -o and no -suite, -url or -inprocess")
+		}
+		return c, nil
+	}
+	if c.plotOut != "" {
+		return c, errors.New("-o goes with -plot-curve")
+	}
 	var errs []error
 	for k := range strings.SplitSeq(c.client, ",") {
 		switch {
@@ -168,8 +195,17 @@ func parseFlags(args []string) (config, error) {
 	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" {
 		errs = append(errs, fmt.Errorf("-suite %q: targets or backlog", c.suite))
 	}
-	if c.suite != "backlog" && (c.brokerBin != "" || c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
-		errs = append(errs, errors.New("-broker-bin, -plot, -series and -fill-timeout go with -suite backlog"))
+	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
+		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
+	}
+	if c.suite == "" && c.brokerBin != "" {
+		errs = append(errs, errors.New("-broker-bin goes with -suite backlog or targets"))
+	}
+	if c.suite != "targets" && (c.curvePlot != "" || set["flood-duration"]) {
+		errs = append(errs, errors.New("-curve-plot and -flood-duration go with -suite targets"))
+	}
+	if c.floodDuration <= 0 {
+		errs = append(errs, errors.New("-flood-duration must be above 0"))
 	}
 	if c.format != "markdown" && c.format != "json" {
 		errs = append(errs, fmt.Errorf("-format %q: markdown or json", c.format))
@@ -225,6 +261,9 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			_ = sink.Close()
 			fmt.Fprintln(stderr, sink)
 		}()
+	}
+	if c.plotCurve != "" {
+		return plotCurveFiles(strings.Split(c.plotCurve, ","), c.plotOut)
 	}
 	switch c.suite {
 	case "targets":
@@ -339,13 +378,18 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
-		clients: c.clients, curveDuration: c.curveDuration}
+		clients: c.clients, curveDuration: c.curveDuration, brokerBin: c.brokerBin, floodDuration: c.floodDuration}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)
 	res.Machine.LoadAfter = loadAverage()
 	res.Machine.Took = time.Since(res.Machine.Start)
 	res.Phases, res.Targets = s.phases, targets
+	if c.curvePlot != "" {
+		if perr := writeCurvePlot(c.curvePlot, []curveRun{{res: res}}); perr != nil {
+			err = errors.Join(err, fmt.Errorf("-curve-plot: %w", perr))
+		}
+	}
 	if werr := writeReports(stdout, c, res, res.writeMarkdown); werr != nil {
 		err = errors.Join(err, werr)
 	}

@@ -45,6 +45,8 @@ type suite struct {
 	gzip          bool           // clients ask for gzip replies
 	clients       []string       // the client kinds each HTTP phase runs with; the first's phases keep their names, the others' get @kind
 	curveDuration time.Duration  // each measured run of the single-send curve's points but the suite's own (1 and 64 producers)
+	brokerBin     string         // the broker binary the flood phase runs ("" builds ./cmd/tidemq)
+	floodDuration time.Duration  // the flood phase's
 	phases        []phase
 }
 
@@ -77,6 +79,7 @@ type phase struct {
 	SpansDropped uint64           `json:"spansDropped,omitempty"`
 	Report       *loadtest.Report `json:"report,omitempty"`
 	Pebble       *pebbleResult    `json:"pebble,omitempty"`
+	Flood        *floodResult     `json:"flood,omitempty"`
 }
 
 // target is one line of the table.
@@ -477,12 +480,14 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	}
 	// End-to-end latency, absolute bounds.
 	group(nil, func(k string) []step { return []step{brokerStep("e2e-r1000-p8-c4-1KiB", k, e2e)} })
+	// The producer flood, against a broker process of its own.
+	steps = append(steps, step{floodPhaseName, func(name string) (phase, error) { return c.floodPhase(ctx, name) }})
 
 	for r := range rounds {
 		c.round = r
 		got[r] = map[string]phase{}
 		for _, s := range steps {
-			if c.only != nil && !c.only.MatchString(s.name) {
+			if (c.only == nil && optInPhase(s.name)) || (c.only != nil && !c.only.MatchString(s.name)) {
 				continue
 			}
 			p, err := s.run(s.name)
@@ -572,6 +577,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		})
 		curveTargets(add, func(name string) bool { _, ok := got[0][name]; return ok }, sfx, label)
 	}
+	floodTargets(add)
 	return targets, nil
 }
 
@@ -709,6 +715,9 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 		if p.Report != nil && p.Report.Scenario.Consumers.Count > 0 {
 			fmt.Fprintf(&b, "\n### Phase %s, round %d (with consumers)\n\n", p.Name, p.Round)
 			_ = p.Report.WriteMarkdown(&b)
+		}
+		if p.Flood != nil {
+			p.Flood.writeMarkdown(&b, p.Name, p.Round)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
