@@ -61,6 +61,7 @@ type config struct {
 	inprocess, quiet, noAck, tracing, gzip                                                bool
 	warmup, fillTimeout, curveDuration                                                    time.Duration
 	rounds                                                                                int
+	cost                                                                                  costOptions
 	sc                                                                                    loadtest.Scenario
 }
 
@@ -74,7 +75,10 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, or the cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.IntVar(&c.cost.topics, "cost-topics", 10_000, "with -suite targets: the extra topics (8 queues each) of the cost-topics phases (run with -phases only)")
+	fs.IntVar(&c.cost.subs, "cost-subs", 1000, "with -suite targets: the subscriptions on one topic of the cost-subs phases (run with -phases only)")
+	fs.IntVar(&c.cost.polls, "cost-polls", 10_000, "with -suite targets: the parked long polls of the cost-polls phases (run with -phases only)")
 	fs.StringVar(&c.plotFile, "plot", "", "with -suite backlog: write a PNG plot of throughput, p99 and RSS over the run to this file")
 	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
@@ -168,8 +172,14 @@ func parseFlags(args []string) (config, error) {
 	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" {
 		errs = append(errs, fmt.Errorf("-suite %q: targets or backlog", c.suite))
 	}
-	if c.suite != "backlog" && (c.brokerBin != "" || c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
-		errs = append(errs, errors.New("-broker-bin, -plot, -series and -fill-timeout go with -suite backlog"))
+	if c.cost.topics < 1 || c.cost.subs < 1 || c.cost.polls < 1 {
+		errs = append(errs, errors.New("-cost-topics, -cost-subs and -cost-polls must be at least 1"))
+	}
+	if c.suite == "" && c.brokerBin != "" {
+		errs = append(errs, errors.New("-broker-bin goes with -suite backlog or targets"))
+	}
+	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
+		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
 	}
 	if c.format != "markdown" && c.format != "json" {
 		errs = append(errs, fmt.Errorf("-format %q: markdown or json", c.format))
@@ -339,10 +349,11 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
-		clients: c.clients, curveDuration: c.curveDuration}
+		clients: c.clients, curveDuration: c.curveDuration, cost: c.cost, brokerBin: c.brokerBin}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)
+	err = errors.Join(err, s.closeCost())
 	res.Machine.LoadAfter = loadAverage()
 	res.Machine.Took = time.Since(res.Machine.Start)
 	res.Phases, res.Targets = s.phases, targets

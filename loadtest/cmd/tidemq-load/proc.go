@@ -55,20 +55,20 @@ type brokerProc struct {
 // returns the time from starting the process to that answer. The
 // environment is the load tester's without TIDEMQ_* and OTEL_* variables:
 // the flags say it all, and no tokens, telemetry export or other setting
-// slips in.
+// slips in. extra are more flags, after those.
 //
 // The broker binds port 0 and the address comes from its "tidemq
 // listening" log line. A port picked here and handed over could be taken
 // in between by another program (under go test ./..., by another
 // package's test server), and a /readyz answered by that server passed
 // for ours while our broker had failed to bind.
-func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTimeout time.Duration) (p *brokerProc, ready time.Duration, err error) {
+func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTimeout time.Duration, extra ...string) (p *brokerProc, ready time.Duration, err error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer logf.Close() // the child has its own descriptor
-	args := []string{"--data", dataDir, "--addr", "127.0.0.1:0", "--fsync", "always", "--log-level", "info"}
+	args := append([]string{"--data", dataDir, "--addr", "127.0.0.1:0", "--fsync", "always", "--log-level", "info"}, extra...)
 	fmt.Fprintf(logf, "=== tidemq-load %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	logStart, err := logf.Seek(0, io.SeekEnd) // this run's lines follow
 	if err != nil {

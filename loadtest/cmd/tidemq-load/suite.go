@@ -45,6 +45,9 @@ type suite struct {
 	gzip          bool           // clients ask for gzip replies
 	clients       []string       // the client kinds each HTTP phase runs with; the first's phases keep their names, the others' get @kind
 	curveDuration time.Duration  // each measured run of the single-send curve's points but the suite's own (1 and 64 producers)
+	cost          costOptions    // scales of the cost-growth phases (suite_cost.go)
+	brokerBin     string         // the broker binary of the cost-growth phases ("": built)
+	costs         costState
 	phases        []phase
 }
 
@@ -77,6 +80,7 @@ type phase struct {
 	SpansDropped uint64           `json:"spansDropped,omitempty"`
 	Report       *loadtest.Report `json:"report,omitempty"`
 	Pebble       *pebbleResult    `json:"pebble,omitempty"`
+	Cost         *costResult      `json:"cost,omitempty"`
 }
 
 // target is one line of the table.
@@ -477,6 +481,15 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	}
 	// End-to-end latency, absolute bounds.
 	group(nil, func(k string) []step { return []step{brokerStep("e2e-r1000-p8-c4-1KiB", k, e2e)} })
+	// Large bodies, and the cost-growth phases (with -phases only).
+	for _, s := range c.bodySteps(ctx) {
+		steps = append(steps, step(s))
+	}
+	if c.only != nil {
+		for _, s := range c.costSteps(ctx) {
+			steps = append(steps, step(s))
+		}
+	}
 
 	for r := range rounds {
 		c.round = r
@@ -490,6 +503,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 				return nil, err
 			}
 			got[r][s.name] = p
+		}
+		if err := c.closeCostEnv(); err != nil {
+			return nil, err
 		}
 	}
 
@@ -568,6 +584,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		})
 		curveTargets(add, func(name string) bool { _, ok := got[0][name]; return ok }, sfx, label)
 	}
+	c.costTargets(add)
 	return targets, nil
 }
 
