@@ -22,6 +22,13 @@
 //	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases single-p64 -trace c64.trace
 //	go tool trace c64.trace
 //
+// The cost-growth phases (suite_cost.go) run with -phases only: the
+// hot-topic phases on brokers holding 10,000 topics or 10,000 parked long
+// polls (child processes, for their RSS and a real restart) beside a
+// fresh one, and send with 1,000 subscriptions beside one:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^cost-'
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
