@@ -35,6 +35,13 @@
 //
 //	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^flood-c48-15MB$'
 //
+// The cost-growth phases (suite_cost.go) run with -phases only: the
+// hot-topic phases on brokers holding 10,000 topics or 10,000 parked long
+// polls (child processes, for their RSS and a real restart) beside a
+// fresh one, and send with 1,000 subscriptions beside one:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^cost-'
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
@@ -75,6 +82,7 @@ type config struct {
 	inprocess, quiet, noAck, tracing, gzip                                                bool
 	warmup, fillTimeout, curveDuration, floodDuration                                     time.Duration
 	rounds                                                                                int
+	cost                                                                                  costOptions
 	sc                                                                                    loadtest.Scenario
 }
 
@@ -88,11 +96,14 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, or targets for its flood phase: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, or targets for its flood and cost-growth phases: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
 	fs.DurationVar(&c.floodDuration, "flood-duration", 20*time.Second, "with -suite targets: how long the flood phase ("+floodPhaseName+", run only when -phases names it) sends")
 	fs.StringVar(&c.curvePlot, "curve-plot", "", "with -suite targets: write a PNG plot of the single-send curve (rate and p50 against producers, with the no-op and raw Pebble ceilings) to this file")
 	fs.StringVar(&c.plotCurve, "plot-curve", "", "instead of a run: plot the single-send curve of these saved -suite targets JSON reports (comma-separated; several are drawn on the same axes, each named by its file) into -o")
 	fs.StringVar(&c.plotOut, "o", "", "with -plot-curve: the PNG file to write")
+	fs.IntVar(&c.cost.topics, "cost-topics", 10_000, "with -suite targets: the extra topics (8 queues each) of the cost-topics phases (run with -phases only)")
+	fs.IntVar(&c.cost.subs, "cost-subs", 1000, "with -suite targets: the subscriptions on one topic of the cost-subs phases (run with -phases only)")
+	fs.IntVar(&c.cost.polls, "cost-polls", 10_000, "with -suite targets: the parked long polls of the cost-polls phases (run with -phases only)")
 	fs.StringVar(&c.plotFile, "plot", "", "with -suite backlog: write a PNG plot of throughput, p99 and RSS over the run to this file")
 	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
@@ -197,6 +208,9 @@ func parseFlags(args []string) (config, error) {
 	}
 	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
 		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
+	}
+	if c.cost.topics < 1 || c.cost.subs < 1 || c.cost.polls < 1 {
+		errs = append(errs, errors.New("-cost-topics, -cost-subs and -cost-polls must be at least 1"))
 	}
 	if c.suite == "" && c.brokerBin != "" {
 		errs = append(errs, errors.New("-broker-bin goes with -suite backlog or targets"))
@@ -378,10 +392,11 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 	}
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
-		clients: c.clients, curveDuration: c.curveDuration, brokerBin: c.brokerBin, floodDuration: c.floodDuration}
+		clients: c.clients, curveDuration: c.curveDuration, cost: c.cost, brokerBin: c.brokerBin, floodDuration: c.floodDuration}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)
+	err = errors.Join(err, s.closeCost())
 	res.Machine.LoadAfter = loadAverage()
 	res.Machine.Took = time.Since(res.Machine.Start)
 	res.Phases, res.Targets = s.phases, targets

@@ -45,8 +45,10 @@ type suite struct {
 	gzip          bool           // clients ask for gzip replies
 	clients       []string       // the client kinds each HTTP phase runs with; the first's phases keep their names, the others' get @kind
 	curveDuration time.Duration  // each measured run of the single-send curve's points but the suite's own (1 and 64 producers)
-	brokerBin     string         // the broker binary the flood phase runs ("" builds ./cmd/tidemq)
+	brokerBin     string         // the broker binary the flood and cost-growth phases run ("" builds ./cmd/tidemq)
 	floodDuration time.Duration  // the flood phase's
+	cost          costOptions    // scales of the cost-growth phases (suite_cost.go)
+	costs         costState
 	phases        []phase
 }
 
@@ -80,6 +82,7 @@ type phase struct {
 	Report       *loadtest.Report `json:"report,omitempty"`
 	Pebble       *pebbleResult    `json:"pebble,omitempty"`
 	Flood        *floodResult     `json:"flood,omitempty"`
+	Cost         *costResult      `json:"cost,omitempty"`
 }
 
 // target is one line of the table.
@@ -480,6 +483,15 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	}
 	// End-to-end latency, absolute bounds.
 	group(nil, func(k string) []step { return []step{brokerStep("e2e-r1000-p8-c4-1KiB", k, e2e)} })
+	// Large bodies, and the cost-growth phases (with -phases only).
+	for _, s := range c.bodySteps(ctx) {
+		steps = append(steps, step(s))
+	}
+	if c.only != nil {
+		for _, s := range c.costSteps(ctx) {
+			steps = append(steps, step(s))
+		}
+	}
 	// The producer flood, against a broker process of its own.
 	steps = append(steps, step{floodPhaseName, func(name string) (phase, error) { return c.floodPhase(ctx, name) }})
 
@@ -495,6 +507,9 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 				return nil, err
 			}
 			got[r][s.name] = p
+		}
+		if err := c.closeCostEnv(); err != nil {
+			return nil, err
 		}
 	}
 
@@ -578,6 +593,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		curveTargets(add, func(name string) bool { _, ok := got[0][name]; return ok }, sfx, label)
 	}
 	floodTargets(add)
+	c.costTargets(add)
 	return targets, nil
 }
 
