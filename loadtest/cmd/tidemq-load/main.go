@@ -58,7 +58,7 @@ type config struct {
 	url, token, dir, suite, format, cpuProfile, execTrace, profilePhase, logLevel, phases string
 	jsonFile, brokerBin, plotFile, seriesFile, client                                     string
 	clients                                                                               []string
-	inprocess, quiet, noAck, tracing, gzip                                                bool
+	inprocess, quiet, noAck, tracing, gzip, brokerProcess                                 bool
 	warmup, fillTimeout, curveDuration                                                    time.Duration
 	rounds                                                                                int
 	sc                                                                                    loadtest.Scenario
@@ -69,12 +69,13 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("tidemq-load", flag.ContinueOnError)
 	fs.StringVar(&c.url, "url", "", "base URL of a running broker (e.g. http://127.0.0.1:8080)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "start a broker in this process (fresh temp data dir, fsync on) instead of -url")
+	fs.BoolVar(&c.brokerProcess, "broker-process", false, "with -suite targets, instead of -inprocess: run each broker phase's broker as a child process (-broker-bin, or built from ./cmd/tidemq), and report its CPU and this process's apart")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
 	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
 	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog or -broker-process: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
 	fs.StringVar(&c.plotFile, "plot", "", "with -suite backlog: write a PNG plot of throughput, p99 and RSS over the run to this file")
 	fs.StringVar(&c.seriesFile, "series", "", "with -suite backlog: write the per-second time series as CSV to this file (default: -plot's name with .csv)")
 	fs.DurationVar(&c.fillTimeout, "fill-timeout", 0, "with -suite backlog: give up filling after this long (default: 1 min + 1 ms per message)")
@@ -162,14 +163,21 @@ func parseFlags(args []string) (config, error) {
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
 		}
+	case c.brokerProcess:
+		if c.suite != "targets" || c.inprocess || c.url != "" {
+			errs = append(errs, errors.New("-broker-process goes with -suite targets, without -url or -inprocess"))
+		}
 	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
 	}
 	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" {
 		errs = append(errs, fmt.Errorf("-suite %q: targets or backlog", c.suite))
 	}
-	if c.suite != "backlog" && (c.brokerBin != "" || c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
-		errs = append(errs, errors.New("-broker-bin, -plot, -series and -fill-timeout go with -suite backlog"))
+	if c.brokerBin != "" && c.suite != "backlog" && !c.brokerProcess {
+		errs = append(errs, errors.New("-broker-bin goes with -suite backlog or -broker-process"))
+	}
+	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
+		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
 	}
 	if c.format != "markdown" && c.format != "json" {
 		errs = append(errs, fmt.Errorf("-format %q: markdown or json", c.format))
@@ -214,7 +222,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.inprocess || c.suite == "targets" {
 		gctune.Apply(os.Getenv)
 	}
-	if c.tracing && (c.inprocess || c.suite == "backlog") {
+	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog") {
 		sink, err := startOTLPSink()
 		if err != nil {
 			return err
@@ -340,6 +348,16 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
 		clients: c.clients, curveDuration: c.curveDuration}
+	if c.brokerProcess {
+		bin, work, err := childBrokers(ctx, c.dir, c.brokerBin)
+		if work != "" {
+			defer os.RemoveAll(work)
+		}
+		if err != nil {
+			return err
+		}
+		s.brokerBin, s.brokerWork = bin, work
+	}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)
