@@ -94,7 +94,8 @@ func (p *pullParser) reply() ([]PulledMessage, bool) {
 			}
 		}
 	}
-	// A second "messages" member would decode into the first's messages.
+	// The one member: a second "messages" would decode into the first's
+	// messages, which encoding/json does its way.
 	if !p.byte(']') || !p.byte('}') {
 		return nil, false
 	}
@@ -130,9 +131,7 @@ func (p *pullParser) message(m *PulledMessage) bool {
 				m.Topic = p.topic
 			}
 		case "queueId":
-			var n int64
-			n, ok = p.int()
-			m.QueueID = int(n)
+			ok = p.intField(&m.QueueID)
 		case "offset":
 			m.Offset, ok = p.int()
 		case "body":
@@ -164,9 +163,7 @@ func (p *pullParser) message(m *PulledMessage) bool {
 		case "producerGroup":
 			ok = p.str(&m.ProducerGroup)
 		case "deliveryAttempt":
-			var n int64
-			n, ok = p.int()
-			m.DeliveryAttempt = int(n)
+			ok = p.intField(&m.DeliveryAttempt)
 		case "receiptHandle":
 			ok = p.str(&m.ReceiptHandle)
 		case "traceparent":
@@ -325,6 +322,16 @@ func (p *pullParser) int() (int64, bool) {
 		n = -n
 	}
 	return n, true
+}
+
+// intField reads an integer that fits an int.
+func (p *pullParser) intField(dst *int) bool {
+	n, ok := p.int()
+	if !ok || int64(int(n)) != n {
+		return false
+	}
+	*dst = int(n)
+	return true
 }
 
 // time reads a timestamp. The API's own (2006-01-02T15:04:05.000Z) is read
