@@ -176,13 +176,11 @@ func (c *Client) do(ctx context.Context, r request, out any) (int, error) {
 		return resp.StatusCode, problem(resp, data)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
-		unmarshal := json.Unmarshal
+		decode := json.Unmarshal
 		if _, ok := out.(*PullResult); ok {
-			// Its reader checks what it reads: encoding/json's pass over
-			// the whole reply first would cost more than reading it.
-			unmarshal = func(data []byte, out any) error { return out.(*PullResult).UnmarshalJSON(data) }
+			decode = func(data []byte, out any) error { return decodePullResult(data, out.(*PullResult)) }
 		}
-		if err := unmarshal(data, out); err != nil {
+		if err := decode(data, out); err != nil {
 			// A reply cut short by a dying server; sending again is safe
 			// where the caller made it so (dedup keys).
 			return resp.StatusCode, &transportError{op: r.method + " " + u.Path + ": decoding reply", err: err}

@@ -8,19 +8,17 @@ import (
 	"unicode/utf8"
 )
 
-// A pull reply is mostly bodies: 256 messages of 1 KiB are ~450 KB, and
-// encoding/json's reflection spent more CPU on them than the broker took
-// to read and write them. PullResult reads the reply's usual shape by
-// hand, strictly (anything it does not expect goes to encoding/json, which
-// then decides, so that the result and the errors are encoding/json's),
-// and the Client calls it without encoding/json's validating pass first.
+// A pull reply is mostly bodies: 256 messages of 1 KiB are ~450 KB, which
+// json.Unmarshal scans once to validate, again to decode, and decodes by
+// reflection, at more CPU than the broker took to read and write them.
+// The Client reads the reply's usual shape by hand instead, in one strict
+// pass; anything else goes to json.Unmarshal, which then decides, so that
+// the result and the errors are its own. (As a json.Unmarshaler it would
+// save encoding/json's users nothing: encoding/json scans the whole value
+// before handing it over.)
 
-// pullResultJSON is PullResult without its UnmarshalJSON: what
-// encoding/json decodes when the hand-written reader declines.
-type pullResultJSON PullResult
-
-// UnmarshalJSON reads a pull reply into r, as encoding/json would.
-func (r *PullResult) UnmarshalJSON(data []byte) error {
+// decodePullResult reads a pull reply into r as json.Unmarshal does.
+func decodePullResult(data []byte, r *PullResult) error {
 	if r.Messages == nil {
 		// Into existing messages encoding/json decodes field by field,
 		// keeping what the reply leaves out: left to it.
@@ -30,7 +28,7 @@ func (r *PullResult) UnmarshalJSON(data []byte) error {
 			return nil
 		}
 	}
-	return json.Unmarshal(data, (*pullResultJSON)(r))
+	return json.Unmarshal(data, r)
 }
 
 // pullParser reads one pull reply from d. Each method returns false for
