@@ -176,7 +176,11 @@ func (c *Client) do(ctx context.Context, r request, out any) (int, error) {
 		return resp.StatusCode, problem(resp, data)
 	}
 	if out != nil && resp.StatusCode != http.StatusNoContent {
-		if err := json.Unmarshal(data, out); err != nil {
+		decode := json.Unmarshal
+		if _, ok := out.(*PullResult); ok {
+			decode = func(data []byte, out any) error { return decodePullResult(data, out.(*PullResult)) }
+		}
+		if err := decode(data, out); err != nil {
 			// A reply cut short by a dying server; sending again is safe
 			// where the caller made it so (dedup keys).
 			return resp.StatusCode, &transportError{op: r.method + " " + u.Path + ": decoding reply", err: err}

@@ -6,7 +6,6 @@ package wire
 
 import (
 	"cmp"
-	"encoding/base64"
 	"encoding/binary"
 	"slices"
 	"strconv"
@@ -166,7 +165,7 @@ func appendBody(dst []byte, m *core.Message) []byte {
 		return append(dst, `","bodyEncoding":"utf8"`...)
 	case m.BodyBase64 || !utf8.Valid(m.Body):
 		dst = append(dst, '"')
-		dst = base64.StdEncoding.AppendEncode(dst, m.Body)
+		dst = AppendBase64(dst, m.Body)
 		return append(dst, `","bodyEncoding":"base64"`...)
 	default:
 		dst, _ = jsontext.AppendQuote(dst, m.Body)

@@ -79,7 +79,7 @@ type config struct {
 	jsonFile, brokerBin, plotFile, seriesFile, client                                     string
 	curvePlot, plotCurve, plotOut                                                         string
 	clients                                                                               []string
-	inprocess, quiet, noAck, tracing, gzip                                                bool
+	inprocess, quiet, noAck, tracing, gzip, brokerProcess                                 bool
 	warmup, fillTimeout, curveDuration, floodDuration                                     time.Duration
 	rounds                                                                                int
 	cost                                                                                  costOptions
@@ -91,12 +91,13 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("tidemq-load", flag.ContinueOnError)
 	fs.StringVar(&c.url, "url", "", "base URL of a running broker (e.g. http://127.0.0.1:8080)")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "start a broker in this process (fresh temp data dir, fsync on) instead of -url")
+	fs.BoolVar(&c.brokerProcess, "broker-process", false, "with -suite targets, instead of -inprocess: run each broker phase's broker as a child process (-broker-bin, or built from ./cmd/tidemq), and report its CPU and this process's apart")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
 	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
 	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, or targets for its flood and cost-growth phases: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, -broker-process, or the flood and cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
 	fs.DurationVar(&c.floodDuration, "flood-duration", 20*time.Second, "with -suite targets: how long the flood phase ("+floodPhaseName+", run only when -phases names it) sends")
 	fs.StringVar(&c.curvePlot, "curve-plot", "", "with -suite targets: write a PNG plot of the single-send curve (rate and p50 against producers, with the no-op and raw Pebble ceilings) to this file")
 	fs.StringVar(&c.plotCurve, "plot-curve", "", "instead of a run: plot the single-send curve of these saved -suite targets JSON reports (comma-separated; several are drawn on the same axes, each named by its file) into -o")
@@ -200,6 +201,10 @@ func parseFlags(args []string) (config, error) {
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
 		}
+	case c.brokerProcess:
+		if c.suite != "targets" || c.inprocess || c.url != "" {
+			errs = append(errs, errors.New("-broker-process goes with -suite targets, without -url or -inprocess"))
+		}
 	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
 	}
@@ -264,7 +269,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.inprocess || c.suite == "targets" {
 		gctune.Apply(os.Getenv)
 	}
-	if c.tracing && (c.inprocess || c.suite == "backlog") {
+	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog") {
 		sink, err := startOTLPSink()
 		if err != nil {
 			return err
@@ -393,6 +398,16 @@ func runSuite(ctx context.Context, c config, log *slog.Logger, progress, stdout 
 	s := &suite{only: only, url: c.url, token: c.token, dir: c.dir, log: log, warmup: c.warmup, duration: c.sc.Duration,
 		progress: progress, cpuProfile: c.cpuProfile, execTrace: c.execTrace, profilePhases: strings.Split(c.profilePhase, ","), rounds: c.rounds, gzip: c.gzip,
 		clients: c.clients, curveDuration: c.curveDuration, cost: c.cost, brokerBin: c.brokerBin, floodDuration: c.floodDuration}
+	if c.brokerProcess {
+		bin, work, err := childBrokers(ctx, c.dir, c.brokerBin)
+		if work != "" {
+			defer os.RemoveAll(work)
+		}
+		if err != nil {
+			return err
+		}
+		s.childBin, s.brokerBin, s.brokerWork = bin, bin, work
+	}
 	res := suiteResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
 	targets, err := s.runTargets(ctx)

@@ -50,6 +50,12 @@ type suite struct {
 	cost          costOptions    // scales of the cost-growth phases (suite_cost.go)
 	costs         costState
 	phases        []phase
+
+	// With -broker-process: the binary each broker phase runs as a child
+	// process ("" runs brokers in this process), where their data dirs
+	// and log go, and the running child's CPU time so far (nil when none).
+	childBin, brokerWork string
+	brokerCPU            func() time.Duration
 }
 
 // phase is one measurement.
@@ -75,6 +81,11 @@ type phase struct {
 	Cores     float64          `json:"cores"`
 	IdlePs    float64          `json:"idlePs,omitempty"`
 	Errors    map[string]int64 `json:"errors,omitempty"`
+	// ServerCPUPerMsg and ClientCPUPerMsg split CPUPerMsg when the broker
+	// was a child process (-broker-process): its CPU time and this
+	// process's, per message.
+	ServerCPUPerMsg time.Duration `json:"serverCpuPerMsgNs,omitempty"`
+	ClientCPUPerMsg time.Duration `json:"clientCpuPerMsgNs,omitempty"`
 	// SpansDropped is how many spans the in-process broker dropped while
 	// measuring because its export queue was full: that much tracing went
 	// unpaid (its export), so a phase with many is less traced than asked.
@@ -203,9 +214,16 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 			c.logf("   %s: %s", r.what, r.path)
 		}()
 	}
+	var server0 time.Duration
+	if c.brokerCPU != nil {
+		server0 = c.brokerCPU()
+	}
 	mark, dropped0 := markUsage(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
 	use = mark.since()
+	if c.brokerCPU != nil {
+		use.server, use.child = c.brokerCPU()-server0, true
+	}
 	use.spansDropped = spansDroppedSoFar() - dropped0
 	return rep, use, err
 }
@@ -215,6 +233,8 @@ type usage struct {
 	cpu          time.Duration // the process's
 	idlePs       time.Duration // the Go scheduler's, summed over Ps
 	spansDropped uint64        // by in-process brokers' span exporters
+	server       time.Duration // the child broker's, when child is set
+	child        bool          // the broker was a child process
 }
 
 func (p *phase) setCPU(use usage, msgs int64, elapsed time.Duration) {
@@ -225,6 +245,7 @@ func (p *phase) setCPU(use usage, msgs int64, elapsed time.Duration) {
 		p.Cores = use.cpu.Seconds() / elapsed.Seconds()
 		p.IdlePs = use.idlePs.Seconds() / elapsed.Seconds()
 	}
+	p.splitCPU(use, msgs, elapsed)
 }
 
 // phaseFile is where phase name's CPU profile or execution trace goes,
@@ -250,7 +271,7 @@ func runLabeled(ctx context.Context, sc loadtest.Scenario) (rep loadtest.Report,
 // brokerPhase is httpPhase against the broker: a fresh in-process one
 // (closed after the phase), or the running one at c.url.
 func (c *suite) brokerPhase(ctx context.Context, name string, sc loadtest.Scenario) (p phase, err error) {
-	err = c.withBroker(name, func(url string) error {
+	err = c.withBroker(ctx, name, func(url string) error {
 		p, err = c.httpPhase(ctx, name, "broker", url, sc)
 		return err
 	})
@@ -259,9 +280,12 @@ func (c *suite) brokerPhase(ctx context.Context, name string, sc loadtest.Scenar
 
 // withBroker calls f with the URL of a fresh in-process broker, closed
 // after f returns, or of the running one at c.url.
-func (c *suite) withBroker(name string, f func(url string) error) (err error) {
+func (c *suite) withBroker(ctx context.Context, name string, f func(url string) error) (err error) {
 	if c.url != "" {
 		return f(c.url)
+	}
+	if c.childBin != "" {
+		return c.withChildBroker(ctx, name, f)
 	}
 	b, err := startBroker(c.dir, c.log)
 	if err != nil {
@@ -284,7 +308,7 @@ func (c *suite) withBroker(name string, f func(url string) error) (err error) {
 // messages acked per second.
 // The backlog is sent and pulled by a client of kind client.
 func (c *suite) pullPhase(ctx context.Context, name, client string, fill int64, size int, cons loadtest.Consumers) (p phase, err error) {
-	err = c.withBroker(name, func(url string) error {
+	err = c.withBroker(ctx, name, func(url string) error {
 		p, err = c.pullFrom(ctx, name, client, url, fill, size, cons)
 		return err
 	})
@@ -727,6 +751,7 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 		"Ps idle is the time the Go scheduler's Ps sat parked with nothing to run, over wall time: CPU this process left unused for want of work. " +
 		"The two need not add up to the CPUs: the process is not charged for loopback's receive path (softirq) or its io_uring workers, and other processes take their share. " +
 		"Spans dropped are the in-process broker's, while measuring, because its export queue (OTEL_BSP_MAX_QUEUE_SIZE) was full: spans made and encoded but not exported.\n")
+	writeCPUSplit(&b, r.Phases)
 	for _, p := range r.Phases {
 		if p.Report != nil && p.Report.Scenario.Consumers.Count > 0 {
 			fmt.Fprintf(&b, "\n### Phase %s, round %d (with consumers)\n\n", p.Name, p.Round)

@@ -381,7 +381,7 @@ func (c *suite) restartPhase(ctx context.Context, name string, e *costEnv) (phas
 // broker (or c.url), then pulls once from every group: each must get
 // messages of its own.
 func (c *suite) subsPhase(ctx context.Context, name, kind string, subs int) (p phase, err error) {
-	err = c.withBroker(name, func(url string) error {
+	err = c.withBroker(ctx, name, func(url string) error {
 		client := loadtest.NewClient(64, c.gzip)
 		defer client.CloseIdleConnections()
 		admin := loadtest.Admin{URL: url, Token: c.token, Client: client}

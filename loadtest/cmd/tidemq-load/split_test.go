@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBrokerProcessSplitsCPU runs the pull phase with -broker-process: the
+// broker is a real child process, and the phase reports its CPU and the
+// load tester's apart, the two adding up to the phase's CPU per message,
+// and the markdown shows them.
+func TestBrokerProcessSplitsCPU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds ./cmd/tidemq and runs it for a few seconds")
+	}
+	dir := t.TempDir()
+	jsonPath := filepath.Join(dir, "targets.json")
+	c, err := parseFlags([]string{"-suite", "targets", "-broker-process", "-dir", dir, "-json", jsonPath, "-quiet",
+		"-phases", `^pull256-c4-1KiB$`, "-duration", "400ms", "-warmup", "100ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, c, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res suiteResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Phases) != 1 {
+		t.Fatalf("phases %+v: want the pull phase alone", res.Phases)
+	}
+	p := res.Phases[0]
+	if p.MsgsPerSec <= 0 || p.ServerCPUPerMsg <= 0 || p.ClientCPUPerMsg <= 0 || p.CPUPerMsg != p.ServerCPUPerMsg+p.ClientCPUPerMsg {
+		t.Errorf("%s: %g msg/s, CPU/msg %v: server %v + client %v", p.Name, p.MsgsPerSec, p.CPUPerMsg, p.ServerCPUPerMsg, p.ClientCPUPerMsg)
+	}
+	if !strings.Contains(stdout.String(), "### CPU per message, server and client") || !strings.Contains(stdout.String(), "| pull256-c4-1KiB | 1 | lean |") {
+		t.Errorf("markdown lacks the CPU split:\n%s", stdout.String())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "tidemq-load-brokers-") {
+			t.Errorf("%s left behind", e.Name())
+		}
+	}
+}
+
+// TestBrokerProcessFlags: -broker-process replaces -inprocess and -url, and
+// goes with the targets suite only.
+func TestBrokerProcessFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-suite", "targets", "-broker-process", "-inprocess"},
+		{"-suite", "targets", "-broker-process", "-url", "http://127.0.0.1:1"},
+		{"-broker-process"},
+		{"-suite", "targets", "-inprocess", "-broker-bin", "/bin/true"},
+	} {
+		if _, err := parseFlags(args); err == nil {
+			t.Errorf("%v: accepted", args)
+		}
+	}
+	if _, err := parseFlags([]string{"-suite", "targets", "-broker-process", "-broker-bin", "/bin/true"}); err != nil {
+		t.Errorf("-broker-process with -broker-bin: %v", err)
+	}
+}
