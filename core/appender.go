@@ -176,18 +176,26 @@ func (b *Broker) appendLoop() {
 // longer than a commit takes: waiting longer would cost more than
 // committing what it has and starting the next. Whether waiting pays is
 // seen too: open-loop senders (a rate, not a loop) do not come back when
-// answered, so a wait that got less than half of what it waited for is a
-// miss, and after each miss in a row the appender skips twice as many
+// answered, so a wait that got less than half of what it waited for (and
+// fewer than lingerPaid) is a miss, and after each miss in a row the appender skips twice as many
 // rounds (up to maxSkippedRounds) before it waits again; and a round
 // whose first request comes later than two commit times after the last
 // commit does not wait (whoever was answered then is not coming). A lone
-// producer, or a trickle, expects one and never waits; a send then commits
+// producer, or a trickle, expects fewer than minExpected and never waits; a send then commits
 // on its own goroutine (commitAlone). Admin requests are not counted: they
 // commit alone.
 const (
 	lingerFloor      = 20 * time.Microsecond
 	lingerMax        = time.Millisecond
 	maxSkippedRounds = 64
+	// minExpected: with two in flight, the other one is either in this
+	// round already or being answered; two producers share commits
+	// without waiting (each arrives while the other's commit runs).
+	minExpected = 3
+	// lingerPaid requests gathered by a wait pay for it even when fewer
+	// than half of the missing came (many producers, slow to return when
+	// the CPU is busy).
+	lingerPaid = 4
 )
 
 // lingerBound is how long the appender waits for the rest of a round: the
@@ -198,7 +206,7 @@ func (b *Broker) lingerBound() time.Duration {
 
 // lingered records what a wait for missing requests got (under commitMu).
 func (b *Broker) lingered(missing, came int) {
-	if 2*came >= missing {
+	if 2*came >= missing || came >= lingerPaid {
 		b.lingerMisses = 0
 		return
 	}
@@ -217,7 +225,7 @@ func (b *Broker) observeCommit(took time.Duration) {
 	if b.skipRounds > 0 {
 		b.skipRounds--
 	}
-	if expected > 1 && b.skipRounds == 0 {
+	if expected >= minExpected && b.skipRounds == 0 {
 		// Closed-loop producers answered now are back within about a
 		// commit's time; a request that comes later is not one of them.
 		b.groupUntil.Store(time.Now().Add(2 * b.lingerBound()).UnixNano())

@@ -106,10 +106,12 @@ func TestSendWhileLingeringJoinsTheGroup(t *testing.T) {
 // in a row, up to maxSkippedRounds) when waiting did not pay.
 func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 	b := lingerBroker(1 << 20)
-	b.inFlight.Store(1)
-	b.observeCommit(300 * time.Microsecond)
-	if b.expected.Load() != 1 || (b.groupUntil.Load() != 0) {
-		t.Fatalf("one in flight: expected %d, wait %v; want 1, no wait (a lone send commits alone)", b.expected.Load(), (b.groupUntil.Load() != 0))
+	for n := range int64(minExpected) {
+		b.inFlight.Store(n)
+		b.observeCommit(300 * time.Microsecond)
+		if b.expected.Load() != n || (b.groupUntil.Load() != 0) {
+			t.Fatalf("%d in flight: expected %d, wait %v; want %d, no wait (a lone send commits alone)", n, b.expected.Load(), (b.groupUntil.Load() != 0), n)
+		}
 	}
 	b.inFlight.Store(12)
 	b.observeCommit(300 * time.Microsecond)
@@ -142,7 +144,7 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 	}
 	var skipped []int
 	for range 8 {
-		b.lingered(11, 2) // under half of the missing came
+		b.lingered(11, lingerPaid-1) // under half of the missing came, and too few to pay
 		skipped = append(skipped, roundsWithoutWait())
 	}
 	want := []int{2, 4, 8, 16, 32, maxSkippedRounds, maxSkippedRounds, maxSkippedRounds}
@@ -150,6 +152,12 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 		t.Errorf("rounds without waiting after misses in a row: %v, want %v", skipped, want)
 	}
 	b.lingered(11, 6) // half came: it paid
+	b.lingered(11, 0)
+	if got := roundsWithoutWait(); got != 2 {
+		t.Errorf("a miss after a wait that paid skipped %d rounds, want 2 (the back-off starts again)", got)
+	}
+	b.lingered(11, 0)
+	b.lingered(40, lingerPaid) // few of many, yet enough to pay
 	b.lingered(11, 0)
 	if got := roundsWithoutWait(); got != 2 {
 		t.Errorf("a miss after a wait that paid skipped %d rounds, want 2 (the back-off starts again)", got)
