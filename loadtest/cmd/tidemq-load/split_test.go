@@ -62,13 +62,13 @@ func TestBrokerProcessSplitsCPU(t *testing.T) {
 }
 
 // TestBrokerProcessFlags: -broker-process replaces -inprocess and -url, and
-// goes with the targets suite only.
+// goes with the targets suite only. (-broker-bin alone goes with -inprocess
+// too: the flood and cost-growth phases run it.)
 func TestBrokerProcessFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-suite", "targets", "-broker-process", "-inprocess"},
 		{"-suite", "targets", "-broker-process", "-url", "http://127.0.0.1:1"},
 		{"-broker-process"},
-		{"-suite", "targets", "-inprocess", "-broker-bin", "/bin/true"},
 	} {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v: accepted", args)
