@@ -220,7 +220,7 @@ func (b *Broker) lingered(missing, came int) {
 // for them.
 func (b *Broker) observeCommit(took time.Duration) {
 	b.commitTime += (int64(took) - b.commitTime) / 8
-	expected := b.inFlight.Load()
+	expected := max(b.inFlight.Load(), b.arriving.Load())
 	b.expected.Store(expected)
 	if b.skipRounds > 0 {
 		b.skipRounds--
@@ -233,6 +233,18 @@ func (b *Broker) observeCommit(took time.Duration) {
 		b.groupUntil.Store(0)
 	}
 }
+
+// Arriving counts a request that will write from the moment it arrives at
+// the API, before its body is read or decoded, until done is called. The
+// group commit expects the larger of these and the requests in submit:
+// under load, a request spends longer being read and decoded than a
+// commit takes.
+func (b *Broker) Arriving() (done func()) {
+	b.arriving.Add(1)
+	return b.arrived
+}
+
+func (b *Broker) arrived() { b.arriving.Add(-1) }
 
 // waitsForGroup reports whether a request arriving now belongs to a round
 // the appender waits to gather.

@@ -145,9 +145,11 @@ type Broker struct {
 	// lingering is set while the appender waits for a group to gather
 	// (gather with a timer): a send then joins it instead of committing alone.
 	lingering atomic.Bool
-	// inFlight counts requests handed to submit and not yet answered, and
-	// expected is how many the group commit expects per round (groupcommit.go).
+	// inFlight counts requests handed to submit and not yet answered,
+	// arriving the API's writing requests from their arrival (Arriving), and
+	// expected is how many the group commit expects per round (appender.go).
 	inFlight atomic.Int64
+	arriving atomic.Int64
 	expected atomic.Int64
 	// groupUntil is when the round after the last commit stops waiting for
 	// the expected requests (UnixNano; 0: it does not wait).

@@ -163,3 +163,26 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 		t.Errorf("a miss after a wait that paid skipped %d rounds, want 2 (the back-off starts again)", got)
 	}
 }
+
+// TestGroupCommitExpectsArrivingRequests: requests the API counted on
+// arrival (still being read or decoded) are expected too, and no longer
+// once done.
+func TestGroupCommitExpectsArrivingRequests(t *testing.T) {
+	b := lingerBroker(1 << 20)
+	b.inFlight.Store(2)
+	var dones []func()
+	for range 9 {
+		dones = append(dones, b.Arriving())
+	}
+	b.observeCommit(300 * time.Microsecond)
+	if got := b.expected.Load(); got != 9 || b.groupUntil.Load() == 0 {
+		t.Fatalf("9 arriving, 2 in submit: expected %d, wait %v; want 9, wait", got, b.groupUntil.Load() != 0)
+	}
+	for _, done := range dones {
+		done()
+	}
+	b.observeCommit(300 * time.Microsecond)
+	if got := b.expected.Load(); got != 2 {
+		t.Errorf("all arrived and answered, 2 in submit: expected %d, want 2", got)
+	}
+}

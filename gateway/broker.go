@@ -25,6 +25,10 @@ type Broker interface {
 	// Send stores msgs on a topic atomically, answering once they are
 	// durable; it fills in each message's ID, queue, offset and store time.
 	Send(ctx context.Context, topic string, msgs []*core.Message) ([]core.SendResult, error)
+	// Arriving counts a request that will write (a send, an ack) from the
+	// moment it arrives, before its body is read, until done is called:
+	// the group commit expects it.
+	Arriving() (done func())
 
 	// PutSubscription creates or updates a subscription and reports whether
 	// it created it.

@@ -43,12 +43,12 @@ func (s *Server) routes() *chi.Mux {
 	m.Put("/v1/topics/{topic}", s.api(ActionAdmin, s.putTopic))
 	m.Get("/v1/topics/{topic}", s.api(ActionAdmin, s.getTopic))
 	m.Delete("/v1/topics/{topic}", s.api(ActionAdmin, s.deleteTopic))
-	m.Post("/v1/topics/{topic}/messages", s.apiOwnBody(ActionPublish, s.timed("send", s.send)))
+	m.Post("/v1/topics/{topic}/messages", s.writes(s.apiOwnBody(ActionPublish, s.timed("send", s.send))))
 	// The raw form of the send at a path of its own, so that clients
 	// generated from openapi.yaml reach it (the spec allows it nothing but
 	// application/octet-stream); the handler is the send's.
-	m.Post("/v1/topics/{topic}/messages:raw", s.apiOwnBody(ActionPublish, s.timed("send", s.send)))
-	m.Post("/v1/topics/{topic}/messages:batch", s.apiOwnBody(ActionPublish, s.timed("batch_send", s.sendBatch)))
+	m.Post("/v1/topics/{topic}/messages:raw", s.writes(s.apiOwnBody(ActionPublish, s.timed("send", s.send))))
+	m.Post("/v1/topics/{topic}/messages:batch", s.writes(s.apiOwnBody(ActionPublish, s.timed("batch_send", s.sendBatch))))
 	m.Get("/v1/topics/{topic}/messages", s.api(ActionAdmin, s.queryMessages))
 	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(ActionAdmin, s.getMessage))
 
@@ -57,8 +57,8 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.getSubscription))
 	m.Delete("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.deleteSubscription))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/pull", s.apiOwnBody(ActionSubscribe, s.timed("pull", s.pull)))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.apiOwnBody(ActionSubscribe, s.timed("ack", s.handlesEndpoint("acked", decodeAck, s.ack))))
-	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.api(ActionSubscribe, s.handlesEndpoint("nacked", decodeHandles, s.nack)))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/ack", s.writes(s.apiOwnBody(ActionSubscribe, s.timed("ack", s.handlesEndpoint("acked", decodeAck, s.ack)))))
+	m.Post("/v1/topics/{topic}/subscriptions/{group}/nack", s.writes(s.api(ActionSubscribe, s.handlesEndpoint("nacked", decodeHandles, s.nack))))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/extend", s.api(ActionSubscribe, s.handlesEndpoint("extended", decodeHandles, s.extend)))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/deadletter", s.api(ActionSubscribe, s.handlesEndpoint("deadLettered", decodeHandles, s.deadLetter)))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(ActionAdmin, s.seek))
@@ -105,6 +105,18 @@ func (s *Server) endpoint(action string, checkBody bool, h handlerFunc) http.Han
 		if err := s.prepare(w, r, action, h, checkBody); err != nil {
 			s.writeError(w, r, err)
 		}
+	}
+}
+
+// writes marks the routes whose requests the broker's group commit
+// expects from the moment they arrive (Broker.Arriving): decoding a batch
+// takes longer than a commit, and a commit that went without it would
+// carry fewer requests for one fsync.
+func (s *Server) writes(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		done := s.b.Arriving()
+		defer done()
+		h(w, r)
 	}
 }
 
