@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"image/color"
 	"math"
@@ -18,7 +17,6 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // The single-send curve's plot (-curve-plot with -suite targets, or
@@ -136,7 +134,7 @@ var pebbleColors = []color.Color{
 const curvePlotWidth, curvePlotHeight = 10 * vg.Inch, 8 * vg.Inch
 
 // writeCurvePlot draws the runs' single-send curves as a PNG at path.
-func writeCurvePlot(path string, runs []curveRun) (err error) {
+func writeCurvePlot(path string, runs []curveRun) error {
 	var lines []curveLine
 	var labels []string
 	for _, r := range runs {
@@ -229,22 +227,7 @@ func writeCurvePlot(path string, runs []curveRun) (err error) {
 	}
 	lat.Y.Min, lat.Y.Max = latMin/1.5, latMax*1.5
 
-	img := vgimg.New(curvePlotWidth, curvePlotHeight)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter * 3,
-		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*plot.Plot{{rate}, {lat}}
-	canvases := plot.Align(plots, tiles, dc)
-	for i := range plots {
-		plots[i][0].Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, f.Close()) }()
-	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
-	return err
+	return writePanels(path, curvePlotWidth, curvePlotHeight, rate, lat)
 }
 
 // plotCurveFiles draws the curves of saved -suite targets JSON reports

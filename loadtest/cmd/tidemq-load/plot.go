@@ -162,11 +162,20 @@ func writePlot(path string, r backlogResult) (err error) {
 		p.X.Max = last * 1.01
 	}
 
-	img := vgimg.New(vg.Inch*11, vg.Inch*9)
+	return writePanels(path, vg.Inch*11, vg.Inch*9, tput, lat, mem)
+}
+
+// writePanels draws panels one above the other, their X axes aligned, as
+// a PNG of width × height at path.
+func writePanels(path string, width, height vg.Length, panels ...*plot.Plot) (err error) {
+	img := vgimg.New(width, height)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 3, Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter * 3,
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadX: vg.Millimeter, PadY: vg.Millimeter * 3,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	plots := [][]*plot.Plot{{tput}, {lat}, {mem}}
+	plots := make([][]*plot.Plot, len(panels))
+	for i, p := range panels {
+		plots[i] = []*plot.Plot{p}
+	}
 	canvases := plot.Align(plots, tiles, dc)
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])

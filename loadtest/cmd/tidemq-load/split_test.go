@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,26 +16,8 @@ func TestBrokerProcessSplitsCPU(t *testing.T) {
 		t.Skip("builds ./cmd/tidemq and runs it for a few seconds")
 	}
 	dir := t.TempDir()
-	jsonPath := filepath.Join(dir, "targets.json")
-	c, err := parseFlags([]string{"-suite", "targets", "-broker-process", "-dir", dir, "-json", jsonPath, "-quiet",
-		"-phases", `^pull256-c4-1KiB$`, "-duration", "400ms", "-warmup", "100ms"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, c, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res suiteResult
-	if err := json.Unmarshal(raw, &res); err != nil {
-		t.Fatal(err)
-	}
+	res, stdout := runSuiteJSON(t, dir, 3*time.Minute, "-broker-process", "-quiet",
+		"-phases", `^pull256-c4-1KiB$`, "-duration", "400ms", "-warmup", "100ms")
 	if len(res.Phases) != 1 {
 		t.Fatalf("phases %+v: want the pull phase alone", res.Phases)
 	}
@@ -47,8 +25,8 @@ func TestBrokerProcessSplitsCPU(t *testing.T) {
 	if p.MsgsPerSec <= 0 || p.ServerCPUPerMsg <= 0 || p.ClientCPUPerMsg <= 0 || p.CPUPerMsg != p.ServerCPUPerMsg+p.ClientCPUPerMsg {
 		t.Errorf("%s: %g msg/s, CPU/msg %v: server %v + client %v", p.Name, p.MsgsPerSec, p.CPUPerMsg, p.ServerCPUPerMsg, p.ClientCPUPerMsg)
 	}
-	if !strings.Contains(stdout.String(), "### CPU per message, server and client") || !strings.Contains(stdout.String(), "| pull256-c4-1KiB | 1 | lean |") {
-		t.Errorf("markdown lacks the CPU split:\n%s", stdout.String())
+	if !strings.Contains(stdout, "### CPU per message, server and client") || !strings.Contains(stdout, "| pull256-c4-1KiB | 1 | lean |") {
+		t.Errorf("markdown lacks the CPU split:\n%s", stdout)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

@@ -193,12 +193,21 @@ func TestCurveTargets(t *testing.T) {
 // dir, and returns the result it wrote as -json.
 func runTargetsSuite(t *testing.T, dir string, args ...string) suiteResult {
 	t.Helper()
+	res, _ := runSuiteJSON(t, dir, time.Minute, append([]string{"-inprocess"}, args...)...)
+	return res
+}
+
+// runSuiteJSON runs -suite targets with args (which say where its brokers
+// run), its data in dir, within timeout, and returns the result it wrote
+// as -json and what it printed.
+func runSuiteJSON(t *testing.T, dir string, timeout time.Duration, args ...string) (suiteResult, string) {
+	t.Helper()
 	jsonPath := filepath.Join(dir, "targets.json")
-	c, err := parseFlags(append([]string{"-suite", "targets", "-inprocess", "-dir", dir, "-json", jsonPath}, args...))
+	c, err := parseFlags(append([]string{"-suite", "targets", "-dir", dir, "-json", jsonPath}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	if err := run(ctx, c, &stdout, &stderr); err != nil {
@@ -212,5 +221,5 @@ func runTargetsSuite(t *testing.T, dir string, args ...string) suiteResult {
 	if err := json.Unmarshal(raw, &res); err != nil {
 		t.Fatal(err)
 	}
-	return res
+	return res, stdout.String()
 }
