@@ -241,7 +241,7 @@ func (b *Broker) observeCommit(took time.Duration) {
 // commit takes.
 func (b *Broker) Arriving() (done func()) {
 	b.arriving.Add(1)
-	return b.arrived
+	return b.arrivedFunc
 }
 
 func (b *Broker) arrived() { b.arriving.Add(-1) }

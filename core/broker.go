@@ -148,8 +148,9 @@ type Broker struct {
 	// inFlight counts requests handed to submit and not yet answered,
 	// arriving the API's writing requests from their arrival (Arriving), and
 	// expected is how many the group commit expects per round (appender.go).
-	inFlight atomic.Int64
-	arriving atomic.Int64
+	inFlight    atomic.Int64
+	arriving    atomic.Int64
+	arrivedFunc func() // b.arrived, made once: Arriving runs for every write request
 	expected atomic.Int64
 	// groupUntil is when the round after the last commit stops waiting for
 	// the expected requests (UnixNano; 0: it does not wait).
@@ -259,6 +260,7 @@ func New(store Store, opts Options) (*Broker, error) {
 		lastTopic:  snap.LastTopicID,
 		lastSub:    snap.LastSubID,
 	}
+	b.arrivedFunc = b.arrived
 	b.restoreCounters(snap)
 	// A new epoch before anything is served: a receipt handle from before
 	// this start can never match a lease made after it.

@@ -169,6 +169,7 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 // once done.
 func TestGroupCommitExpectsArrivingRequests(t *testing.T) {
 	b := lingerBroker(1 << 20)
+	b.arrivedFunc = b.arrived
 	b.inFlight.Store(2)
 	var dones []func()
 	for range 9 {
