@@ -8,7 +8,8 @@
 // the time index, queue positions), index.go (secondary indexes), parked.go
 // (retries, delayed sends and their timers), dead.go (dead letters),
 // dedup.go (remembered sends), history.go (delivery history), consumers.go
-// (acks and broadcast members), attempts.go (delivery attempts). keys.go
+// (acks and broadcast members), attempts.go (delivery attempts), raftlog.go
+// (raft groups' logs and stable stores). keys.go
 // defines every key; record.go the message record; format.go the layout's
 // version; batch.go and store.go what the families share; replica.go
 // applying encoded batches, checkpoints and fingerprints. The storage
@@ -44,6 +45,8 @@
 //	D       D dueMs id                                    kind u8 (timer of an R or P record)
 //	X       X subID deadAtMs id                           dead message: attempt, cursor, reason, message record
 //	U       U topicID dedupKey                            remembered send result (5 minutes)
+//	r       r group 'l' index                             raft log entry of group (u32): version u8, index, term, type, data, extensions, appendedAt (raftlog.go)
+//	r       r group 's' key                               raft stable store value of group (SetUint64: u64)
 //
 // A store writes mV when it is created; Open refuses a data dir of another
 // version, or one holding keys without one, naming the version it found
@@ -94,13 +97,24 @@
 //     (old index entries never name a new message), store times stay
 //     monotonic when the wall clock steps back, and no id is given twice.
 //     It is one 24-byte key per commit.
-//   - Every write after Open's format key (mV, written once at creation)
-//     goes through a core.Batch, so a batch's Repr is the whole of a
-//     commit: a store created empty that applies another's batches in
-//     commit order (Store.ApplyBatch) holds the same keys and values, which
-//     Store.Fingerprint compares. Applying reads nothing and decides
+//   - Every write after Open's format key (mV, written once at creation),
+//     raft keys aside, goes through a core.Batch, so a batch's Repr is the
+//     whole of a commit: a store created empty that applies another's
+//     batches in commit order (Store.ApplyBatch) holds the same keys and
+//     values, which Store.Fingerprint compares. Applying reads nothing and decides
 //     nothing. Delivery attempts (F) are stored so that a replica taking
 //     over counts them on.
+//   - Raft groups (RaftStore: a hashicorp/raft LogStore and StableStore)
+//     share the node's Pebble under the prefix r, then the group id, so one
+//     group's log is one contiguous span: FirstIndex and LastIndex are a
+//     seek to either end of it, and truncating a log (DeleteRange) is one
+//     range tombstone. Every raft write (StoreLogs as one batch,
+//     DeleteRange, Set, SetUint64) is synced before it returns: raft
+//     acknowledges entries and votes once they are stored. A log is
+//     encoded by the store (version byte first) rather than by a general
+//     codec, so equal logs are equal bytes and a later layout can be told
+//     apart. Raft keys are written outside core.Batch, so Fingerprint and
+//     Checkpoint include them along with the broker's keys.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

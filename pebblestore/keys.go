@@ -28,6 +28,7 @@ const (
 	prefixTimer     = 'D' // D dueMs id → kind
 	prefixDead      = 'X' // X subID deadAtMs id → dead message
 	prefixDedup     = 'U' // U topicID key → remembered send result
+	prefixRaft      = 'r' // r group kind … → a raft group's log and stable store (raftlog.go)
 )
 
 // Keys of the m prefix.
