@@ -151,7 +151,7 @@ type Broker struct {
 	inFlight    atomic.Int64
 	arriving    atomic.Int64
 	arrivedFunc func() // b.arrived, made once: Arriving runs for every write request
-	expected atomic.Int64
+	expected    atomic.Int64
 	// groupUntil is when the round after the last commit stops waiting for
 	// the expected requests (UnixNano; 0: it does not wait).
 	groupUntil atomic.Int64
