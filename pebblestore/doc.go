@@ -113,8 +113,10 @@
 //     acknowledges entries and votes once they are stored. A log is
 //     encoded by the store (version byte first) rather than by a general
 //     codec, so equal logs are equal bytes and a later layout can be told
-//     apart. Raft keys are written outside core.Batch, so Fingerprint and
-//     Checkpoint include them along with the broker's keys.
+//     apart. Raft keys are written outside core.Batch and differ between
+//     replicas (each has its own votes and log tail): Fingerprint, which
+//     compares the replicated state, leaves them out; Checkpoint still
+//     copies the whole store.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

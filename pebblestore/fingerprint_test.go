@@ -46,7 +46,8 @@ func fingerprintOf(t *testing.T, flush bool, writes ...kv) [32]byte {
 
 // A fingerprint is of the contents: the same keys and values give the
 // same one however they were written (order, overwrites, deletes, flushes
-// and compactions, values in blob files); any other key or value, or the
+// and compactions, values in blob files) and whatever raft keys lie beside
+// them; any other key or value, or the
 // same bytes split differently between key and value, gives another.
 func TestFingerprintIsOfTheContents(t *testing.T) {
 	big := string(bytes.Repeat([]byte("body"), 300)) // value separation keeps it in a blob file
@@ -56,6 +57,8 @@ func TestFingerprintIsOfTheContents(t *testing.T) {
 		"reordered":   {{"c", ""}, {"b", big}, {"a", "1"}},
 		"overwritten": {{"a", "0"}, {"b", "x"}, {"a", "1"}, {"c", ""}, {"b", big}},
 		"deleted":     {{"d", "gone"}, {"a", "1"}, {"b", big}, {"d", "\x00delete"}, {"c", ""}},
+		// A replica's own raft log and votes are not the applied state.
+		"with raft keys": {{"a", "1"}, {string(prefixRaft) + "\x00\x00\x00\x01sCurrentTerm", "7"}, {"b", big}, {"c", ""}},
 	}
 	for name, writes := range same {
 		if got := fingerprintOf(t, false, writes...); got != want {
