@@ -398,14 +398,11 @@ func (c *suite) floodPhase(ctx context.Context, name string) (phase, error) {
 	if err != nil {
 		return phase{}, err
 	}
-	bin := c.brokerBin
-	if bin == "" {
-		if bin, err = floodBinary(ctx, work, c.logf); err != nil {
-			return phase{}, errors.Join(err, os.RemoveAll(work))
-		}
+	bin, err := c.brokerBinary(ctx)
+	if err != nil {
+		return phase{}, errors.Join(err, os.Remove(work))
 	}
 	res, err := runFlood(ctx, spec, bin, work, c.logf)
-	_ = os.RemoveAll(filepath.Join(work, "bin"))
 	_ = os.Remove(work) // empty unless the flood kept the broker's log
 	if err != nil {
 		return phase{}, fmt.Errorf("%s: %w", name, err)
@@ -427,17 +424,6 @@ func (c *suite) floodPhase(ctx context.Context, name string) (phase, error) {
 		res.answers(), bytesIEC(res.PeakRSS), bytesIEC(res.SampledPeakRSS), bytesIEC(res.RSSAfter), dur(res.MaxRequest), spec.Timeout, thousands(p.MsgsPerSec))
 	c.phases = append(c.phases, p)
 	return p, nil
-}
-
-// floodBinary builds the broker into work/bin (go build's cache makes
-// all but the first build of a run quick).
-func floodBinary(ctx context.Context, work string, logf func(string, ...any)) (string, error) {
-	logf("   building ./cmd/tidemq")
-	binDir := filepath.Join(work, "bin")
-	if err := os.Mkdir(binDir, 0o755); err != nil {
-		return "", err
-	}
-	return buildBroker(ctx, binDir)
 }
 
 // answers is the status counts in a line.

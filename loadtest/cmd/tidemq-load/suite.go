@@ -45,7 +45,8 @@ type suite struct {
 	gzip          bool           // clients ask for gzip replies
 	clients       []string       // the client kinds each HTTP phase runs with; the first's phases keep their names, the others' get @kind
 	curveDuration time.Duration  // each measured run of the single-send curve's points but the suite's own (1 and 64 producers)
-	brokerBin     string         // the broker binary the flood and cost-growth phases run ("" builds ./cmd/tidemq)
+	brokerBin     string         // the broker binary the flood and cost-growth phases run ("": brokerBinary builds ./cmd/tidemq)
+	builtBinDir   string         // where brokerBinary built it, removed at the end
 	floodDuration time.Duration  // the flood phase's
 	cost          costOptions    // scales of the cost-growth phases (suite_cost.go)
 	costs         costState

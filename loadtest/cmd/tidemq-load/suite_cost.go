@@ -111,13 +111,10 @@ func (e *costEnv) close() error {
 	return errors.Join(err, os.RemoveAll(e.data), os.Remove(e.logPath))
 }
 
-// costState is the suite's cost-growth state: the broker binary and the
-// running environment.
+// costState is the suite's cost-growth state: the running environment.
 type costState struct {
-	bin      string // the broker binary (built once, or -broker-bin)
-	builtDir string // removed at the end when the suite built bin
-	env      *costEnv
-	fresh    float64 // the fresh broker's batch send rate
+	env   *costEnv
+	fresh float64 // the fresh broker's batch send rate
 }
 
 // closeCostEnv stops the running cost environment.
@@ -134,33 +131,30 @@ func (c *suite) closeCostEnv() error {
 // suite built.
 func (c *suite) closeCost() error {
 	err := c.closeCostEnv()
-	if c.costs.builtDir != "" {
-		err = errors.Join(err, os.RemoveAll(c.costs.builtDir))
-		c.costs.builtDir, c.costs.bin = "", ""
+	if c.builtBinDir != "" {
+		err = errors.Join(err, os.RemoveAll(c.builtBinDir))
+		c.builtBinDir, c.brokerBin = "", ""
 	}
 	return err
 }
 
-// costBinary is the broker binary, built on first use unless -broker-bin
-// gave one.
-func (c *suite) costBinary(ctx context.Context) (string, error) {
-	if c.costs.bin != "" {
-		return c.costs.bin, nil
-	}
+// brokerBinary is the broker binary the phases that run a broker process
+// start (the cost-growth phases, the flood): -broker-bin, or ./cmd/tidemq
+// built on first use and kept for the rest of the run.
+func (c *suite) brokerBinary(ctx context.Context) (string, error) {
 	if c.brokerBin != "" {
-		c.costs.bin = c.brokerBin
 		return c.brokerBin, nil
 	}
 	dir, err := os.MkdirTemp(c.dir, "tidemq-load-bin-")
 	if err != nil {
 		return "", err
 	}
-	c.logf("== building ./cmd/tidemq for the cost-growth phases")
+	c.logf("== building ./cmd/tidemq for the phases that run a broker process")
 	bin, err := buildBroker(ctx, dir)
 	if err != nil {
 		return "", errors.Join(err, os.RemoveAll(dir))
 	}
-	c.costs.bin, c.costs.builtDir = bin, dir
+	c.brokerBin, c.builtBinDir = bin, dir
 	return bin, nil
 }
 
@@ -176,7 +170,7 @@ func (c *suite) costEnvFor(ctx context.Context, key string, args []string, setup
 			return nil, err
 		}
 	}
-	bin, err := c.costBinary(ctx)
+	bin, err := c.brokerBinary(ctx)
 	if err != nil {
 		return nil, err
 	}
