@@ -215,11 +215,12 @@ func (b *Broker) lingered(missing, came int) {
 	b.skipRounds = min(1<<b.lingerMisses, maxSkippedRounds) + 1
 }
 
-// observeCommit records how long a proposal took and, from the requests
+// observeCommit records how long a proposal took (from proposed until it
+// was durable) and, from the requests
 // still unanswered, how many the next round expects and whether it waits
 // for them.
-func (b *Broker) observeCommit(took time.Duration) {
-	b.commitTime += (int64(took) - b.commitTime) / 8
+func (b *Broker) observeCommit(proposed, durable time.Time) {
+	b.commitTime += (int64(durable.Sub(proposed)) - b.commitTime) / 8
 	expected := max(b.inFlight.Load(), b.arriving.Load())
 	b.expected.Store(expected)
 	if b.skipRounds > 0 {
@@ -228,7 +229,7 @@ func (b *Broker) observeCommit(took time.Duration) {
 	if expected >= minExpected && b.skipRounds == 0 {
 		// Closed-loop producers answered now are back within about a
 		// commit's time; a request that comes later is not one of them.
-		b.groupUntil.Store(time.Now().Add(2 * b.lingerBound()).UnixNano())
+		b.groupUntil.Store(durable.Add(2 * b.lingerBound()).UnixNano())
 	} else {
 		b.groupUntil.Store(0)
 	}
@@ -376,7 +377,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	}
 	proposed := time.Now()
 	err := b.proposer.Propose(batch, lone)
-	b.observeCommit(time.Since(proposed))
+	b.observeCommit(proposed, time.Now())
 	if err != nil {
 		b.log.Error("commit failed", "err", err, "requests", len(reqs))
 		b.nextSeq = seqBefore

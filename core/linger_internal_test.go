@@ -108,15 +108,15 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 	b := lingerBroker(1 << 20)
 	for n := range int64(minExpected) {
 		b.inFlight.Store(n)
-		b.observeCommit(300 * time.Microsecond)
-		if b.expected.Load() != n || (b.groupUntil.Load() != 0) {
-			t.Fatalf("%d in flight: expected %d, wait %v; want %d, no wait (a lone send commits alone)", n, b.expected.Load(), (b.groupUntil.Load() != 0), n)
+		observe300(b)
+		if b.expected.Load() != n || b.groupUntil.Load() != 0 {
+			t.Fatalf("%d in flight: expected %d, wait %v; want %d, no wait (a lone send commits alone)", n, b.expected.Load(), b.groupUntil.Load() != 0, n)
 		}
 	}
 	b.inFlight.Store(12)
-	b.observeCommit(300 * time.Microsecond)
-	if b.expected.Load() != 12 || !(b.groupUntil.Load() != 0) {
-		t.Fatalf("12 in flight: expected %d, wait %v; want 12, wait", b.expected.Load(), (b.groupUntil.Load() != 0))
+	observe300(b)
+	if b.expected.Load() != 12 || b.groupUntil.Load() == 0 {
+		t.Fatalf("12 in flight: expected %d, wait %v; want 12, wait", b.expected.Load(), b.groupUntil.Load() != 0)
 	}
 	if bound := b.lingerBound(); bound <= 0 || bound > lingerMax {
 		t.Errorf("linger bound %v outside (0, %v]", bound, lingerMax)
@@ -134,7 +134,7 @@ func TestGroupCommitExpectsWhatIsInFlight(t *testing.T) {
 	// roundsWithoutWait counts the rounds after a miss that do not wait.
 	roundsWithoutWait := func() int {
 		n := 0
-		for b.observeCommit(300 * time.Microsecond); !(b.groupUntil.Load() != 0); b.observeCommit(300 * time.Microsecond) {
+		for observe300(b); b.groupUntil.Load() == 0; observe300(b) {
 			n++
 			if n > 1000 {
 				t.Fatal("never waits again")
@@ -175,15 +175,21 @@ func TestGroupCommitExpectsArrivingRequests(t *testing.T) {
 	for range 9 {
 		dones = append(dones, b.Arriving())
 	}
-	b.observeCommit(300 * time.Microsecond)
+	observe300(b)
 	if got := b.expected.Load(); got != 9 || b.groupUntil.Load() == 0 {
 		t.Fatalf("9 arriving, 2 in submit: expected %d, wait %v; want 9, wait", got, b.groupUntil.Load() != 0)
 	}
 	for _, done := range dones {
 		done()
 	}
-	b.observeCommit(300 * time.Microsecond)
+	observe300(b)
 	if got := b.expected.Load(); got != 2 {
 		t.Errorf("all arrived and answered, 2 in submit: expected %d, want 2", got)
 	}
+}
+
+// observe300 records a commit that took 300 µs and is durable now.
+func observe300(b *Broker) {
+	now := time.Now()
+	b.observeCommit(now.Add(-300*time.Microsecond), now)
 }
