@@ -106,26 +106,32 @@ func (r *RaftStore) edgeIndex(first bool) (uint64, error) {
 
 // GetLog implements raft.LogStore; a missing index is raft.ErrLogNotFound.
 func (r *RaftStore) GetLog(index uint64, log *raft.Log) error {
-	var notFound bool
-	err := r.s.read(func() error {
-		v, closer, err := r.s.db.Get(r.logKey(nil, index))
+	found, err := r.lookup(r.logKey(nil, index), func(v []byte) error { return decodeRaftLog(v, index, log) })
+	if err != nil {
+		return fmt.Errorf("pebblestore: raft group %d: log %d: %w", r.group, index, err)
+	}
+	if !found {
+		return raft.ErrLogNotFound
+	}
+	return nil
+}
+
+// lookup calls use with the value stored under key, valid only during the
+// call, and reports whether there was one.
+func (r *RaftStore) lookup(key []byte, use func(v []byte) error) (found bool, err error) {
+	err = r.s.read(func() error {
+		v, closer, err := r.s.db.Get(key)
 		if errors.Is(err, pebble.ErrNotFound) {
-			notFound = true
 			return nil
 		}
 		if err != nil {
 			return err
 		}
 		defer closer.Close()
-		return decodeRaftLog(v, index, log)
+		found = true
+		return use(v)
 	})
-	if notFound {
-		return raft.ErrLogNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("pebblestore: raft group %d: log %d: %w", r.group, index, err)
-	}
-	return nil
+	return found, err
 }
 
 // StoreLog implements raft.LogStore.
@@ -187,24 +193,15 @@ func (r *RaftStore) Set(key, val []byte) error {
 // Get implements raft.StableStore; a key never set is ErrKeyNotFound.
 func (r *RaftStore) Get(key []byte) ([]byte, error) {
 	var val []byte
-	var notFound bool
-	err := r.s.read(func() error {
-		v, closer, err := r.s.db.Get(r.stableKey(key))
-		if errors.Is(err, pebble.ErrNotFound) {
-			notFound = true
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	found, err := r.lookup(r.stableKey(key), func(v []byte) error {
 		val = append(make([]byte, 0, len(v)), v...)
-		return closer.Close()
+		return nil
 	})
-	if notFound {
-		return nil, ErrKeyNotFound
-	}
 	if err != nil {
 		return nil, fmt.Errorf("pebblestore: raft group %d: get %q: %w", r.group, key, err)
+	}
+	if !found {
+		return nil, ErrKeyNotFound
 	}
 	return val, nil
 }
