@@ -20,6 +20,9 @@ var (
 	ErrInsufficientStorage  = errors.New("insufficient storage")
 	ErrReceiptExpired       = errors.New("receipt expired")
 	ErrReceiptInvalid       = errors.New("receipt invalid")
+	// ErrNoLeader: the raft group that holds the data has no leader this
+	// node can reach, or lost it while a request was being answered.
+	ErrNoLeader = errors.New("no leader")
 )
 
 // ValidationError reports one bad field of a request. Field is a JSON pointer

@@ -70,6 +70,15 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.IntVar(&nc.MaxConnections, "max-connections", nc.MaxConnections, "most client connections served at once; more wait in the listen backlog")
 	fs.Int64Var(&nc.BodyBudgetBytes, "body-budget-bytes", nc.BodyBudgetBytes, "request-body bytes held by all requests in flight together: a request whose body does not fit gets 429 too_many_requests before it is read, unless it is alone (TIDEMQ_BODY_BUDGET_BYTES)")
 	fs.StringVar(&nc.JaegerUI, "jaeger-ui", nc.JaegerUI, "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
+	fs.StringVar(&nc.NodeID, "node-id", nc.NodeID, "cluster: this node's name; with it the node is a member of a raft group (TIDEMQ_NODE_ID)")
+	fs.StringVar(&nc.ClusterAddr, "cluster-addr", nc.ClusterAddr, "cluster: host:port to listen on for node-to-node traffic (TIDEMQ_CLUSTER_ADDR)")
+	fs.StringVar(&nc.ClusterAdvertise, "cluster-advertise", nc.ClusterAdvertise, "cluster: host:port the other nodes dial to reach this one; default --cluster-addr (TIDEMQ_CLUSTER_ADVERTISE)")
+	fs.StringVar(&nc.AdvertiseAddr, "advertise-addr", nc.AdvertiseAddr, "cluster: HTTP host:port other nodes forward requests to; default --addr (TIDEMQ_ADVERTISE_ADDR)")
+	fs.StringVar(&nc.Peers, "peers", nc.Peers, "cluster: id=host:port,... the first members and their cluster addresses, the same on every node of a new cluster; ignored once the data directory belongs to one (TIDEMQ_PEERS)")
+	fs.StringVar(&nc.ClusterSecret, "cluster-secret", nc.ClusterSecret, "cluster: file holding the shared secret nodes authenticate each other with (TIDEMQ_CLUSTER_SECRET)")
+	fs.StringVar(&nc.ClusterTLSCert, "cluster-tls-cert", nc.ClusterTLSCert, "cluster: mutual TLS certificate file (PEM) (TIDEMQ_CLUSTER_TLS_CERT)")
+	fs.StringVar(&nc.ClusterTLSKey, "cluster-tls-key", nc.ClusterTLSKey, "cluster: mutual TLS key file (PEM) (TIDEMQ_CLUSTER_TLS_KEY)")
+	fs.StringVar(&nc.ClusterTLSCA, "cluster-tls-ca", nc.ClusterTLSCA, "cluster: CA file (PEM) the other nodes' certificates are checked against (TIDEMQ_CLUSTER_TLS_CA)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

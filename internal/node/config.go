@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/cluster"
 )
 
 // Span pipelines (Config.SpanPipeline).
@@ -45,6 +46,22 @@ type Config struct {
 	ConsumerExpiry  time.Duration
 	ShutdownTimeout time.Duration // how long the binary's SIGTERM waits for in-flight requests
 	JaegerUI        string        // Jaeger UI base URL for trace links in the console
+
+	// Cluster (SPEC §7.1): a node with NodeID is a member of a raft group;
+	// without it, a single node as before.
+	NodeID           string
+	ClusterAddr      string // listen address for node-to-node traffic
+	ClusterAdvertise string // what the other nodes dial (default ClusterAddr)
+	AdvertiseAddr    string // the HTTP address other nodes forward to (default Addr)
+	Peers            string // id=host:port,…: a new cluster's first members
+	ClusterSecret    string // shared secret file
+	ClusterTLSCert   string // mutual TLS: certificate, key and CA files
+	ClusterTLSKey    string
+	ClusterTLSCA     string
+	// Raft's timing and log size (TIDEMQ_RAFT_*; tests shrink them).
+	RaftHeartbeat         time.Duration
+	RaftSnapshotThreshold uint64
+	RaftTrailingLogs      uint64
 
 	// Getenv reads the OTEL_* variables of the telemetry (exporter
 	// endpoint, protocol, sampler, batching, service name); nil is
@@ -110,6 +127,31 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	str("TIDEMQ_JAEGER_UI", &c.JaegerUI)
+	str("TIDEMQ_NODE_ID", &c.NodeID)
+	str("TIDEMQ_CLUSTER_ADDR", &c.ClusterAddr)
+	str("TIDEMQ_CLUSTER_ADVERTISE", &c.ClusterAdvertise)
+	str("TIDEMQ_ADVERTISE_ADDR", &c.AdvertiseAddr)
+	str("TIDEMQ_PEERS", &c.Peers)
+	str("TIDEMQ_CLUSTER_SECRET", &c.ClusterSecret)
+	str("TIDEMQ_CLUSTER_TLS_CERT", &c.ClusterTLSCert)
+	str("TIDEMQ_CLUSTER_TLS_KEY", &c.ClusterTLSKey)
+	str("TIDEMQ_CLUSTER_TLS_CA", &c.ClusterTLSCA)
+	if v := getenv("TIDEMQ_RAFT_HEARTBEAT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("TIDEMQ_RAFT_HEARTBEAT: %w", err))
+		}
+		c.RaftHeartbeat = d
+	}
+	for name, dst := range map[string]*uint64{"TIDEMQ_RAFT_SNAPSHOT_THRESHOLD": &c.RaftSnapshotThreshold, "TIDEMQ_RAFT_TRAILING_LOGS": &c.RaftTrailingLogs} {
+		if v := getenv(name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = n
+		}
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -131,7 +173,29 @@ func (c Config) Check() error {
 	if !c.Insecure && c.Tokens == "" && !Loopback(c.Addr) {
 		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.Addr))
 	}
+	if c.NodeID == "" && (c.Peers != "" || c.ClusterAddr != "") {
+		problems = append(problems, errors.New("--peers and --cluster-addr need --node-id"))
+	}
+	if c.NodeID != "" && c.ClusterAddr == "" {
+		problems = append(problems, errors.New("--node-id needs --cluster-addr (the address for node-to-node traffic)"))
+	}
+	if c.NodeID != "" {
+		if _, err := cluster.ParsePeers(c.Peers); err != nil {
+			problems = append(problems, err)
+		}
+		if err := c.clusterSecurity().Check(c.ClusterAddr, c.ClusterAdvertise); err != nil {
+			problems = append(problems, err)
+		}
+	}
 	return errors.Join(problems...)
+}
+
+// Clustered reports whether the node is a member of a cluster.
+func (c Config) Clustered() bool { return c.NodeID != "" }
+
+func (c Config) clusterSecurity() cluster.Security {
+	return cluster.Security{CertFile: c.ClusterTLSCert, KeyFile: c.ClusterTLSKey, CAFile: c.ClusterTLSCA,
+		SecretFile: c.ClusterSecret, Insecure: c.Insecure}
 }
 
 // Loopback reports whether addr listens on loopback only.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/cluster"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/webhook"
 )
@@ -36,9 +37,10 @@ type Node struct {
 	tracing  bool
 	store    *pebblestore.Store
 	notifier *webhook.Notifier
-	broker   *core.Broker
+	broker   *core.Broker // nil on a cluster node: the cluster's leader state holds it
+	cluster  *cluster.Cluster
 	gw       *gateway.Server
-	pusher   *webhook.Pusher
+	pusher   *webhook.Pusher // nil on a cluster node
 	ln       net.Listener
 	srv      *http.Server
 	serveErr chan error
@@ -94,17 +96,34 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 	closers = append(closers, n.store.Close)
 	n.notifier = webhook.New(webhook.Options{Logger: log})
 	closers = append(closers, n.notifier.Close)
-	n.broker, err = core.New(n.store, core.Options{
+	brokerOpts := core.Options{
 		Logger: log, AutoCreate: cfg.AutoCreate, NoSync: cfg.Fsync == "never",
 		MaxMessageBytes: cfg.MaxMessageBytes, TracerProvider: n.tel.tracerProvider,
 		MeterProvider: n.tel.meterProvider, Notifier: n.notifier, MinFreeBytes: cfg.MinFreeBytes,
 		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey,
-	})
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, err
 	}
-	closers = append(closers, n.broker.Close)
-	n.gw, err = gateway.New(n.broker, gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
+	closers = append(closers, ln.Close)
+	var served gateway.Broker
+	if cfg.Clustered() {
+		n.cluster, err = n.startCluster(cfg, ln.Addr().String(), brokerOpts)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, n.cluster.Close)
+		served = n.cluster.Gateway()
+	} else {
+		n.broker, err = core.New(n.store, brokerOpts)
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, n.broker.Close)
+		served = n.broker
+	}
+	n.gw, err = gateway.New(served, gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
 		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI})
 	if err != nil {
 		return nil, err
@@ -116,18 +135,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		}
 		n.gw.SetTokens(tokens)
 	}
-	n.pusher, err = webhook.NewPusher(n.broker, webhook.PusherOptions{Logger: log, MeterProvider: n.tel.meterProvider})
-	if err != nil {
-		return nil, err
-	}
-	closers = append(closers, n.pusher.Close)
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, err
+	if n.broker != nil {
+		n.pusher, err = webhook.NewPusher(n.broker, webhook.PusherOptions{Logger: log, MeterProvider: n.tel.meterProvider})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, n.pusher.Close)
 	}
 	n.ln = netutil.LimitListener(ln, cfg.MaxConnections)
 	n.srv = &http.Server{
-		Handler: n.gw,
+		Handler: n.handler(),
 		// A slow client cannot hold a connection forever: headers within
 		// 10 s, the whole request within 2 min, idle keep-alives 2 min.
 		ReadHeaderTimeout: 10 * time.Second,
@@ -148,7 +165,45 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 func (n *Node) Addr() string { return n.ln.Addr().String() }
 
 // Handler is the HTTP API the node serves.
-func (n *Node) Handler() http.Handler { return n.gw }
+func (n *Node) Handler() http.Handler { return n.handler() }
+
+func (n *Node) handler() http.Handler {
+	if n.cluster != nil {
+		return n.cluster.Handler(n.gw)
+	}
+	return n.gw
+}
+
+// startCluster joins the node's raft group. While the node leads it, the
+// group's broker and push workers run on it; they stop when it does not.
+func (n *Node) startCluster(cfg Config, httpAddr string, opts core.Options) (*cluster.Cluster, error) {
+	peers, err := cluster.ParsePeers(cfg.Peers)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AdvertiseAddr != "" {
+		httpAddr = cfg.AdvertiseAddr
+	}
+	return cluster.Start(cluster.Config{
+		NodeID: cfg.NodeID, ClusterAddr: cfg.ClusterAddr, ClusterAdvertise: cfg.ClusterAdvertise,
+		HTTPAdvertise: httpAddr, Peers: peers, Security: cfg.clusterSecurity(), Dir: cfg.Data,
+		Store: n.store, Logger: n.log, HeartbeatTimeout: cfg.RaftHeartbeat,
+		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
+		Lead: func(p core.Proposer, receiptKey []byte) (*core.Broker, func() error, error) {
+			o := opts
+			o.Proposer, o.ReceiptKey = p, receiptKey
+			b, err := core.New(n.store, o)
+			if err != nil {
+				return nil, nil, err
+			}
+			pusher, err := webhook.NewPusher(b, webhook.PusherOptions{Logger: n.log, MeterProvider: n.tel.meterProvider})
+			if err != nil {
+				return nil, nil, errors.Join(err, b.Close())
+			}
+			return b, func() error { return errors.Join(pusher.Close(), b.Close()) }, nil
+		},
+	})
+}
 
 // Tracing reports whether spans are exported (the OTEL_* variables asked).
 func (n *Node) Tracing() bool { return n.tracing }
@@ -188,13 +243,22 @@ func (n *Node) SpansDropped() uint64 {
 // first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() {
-		n.broker.StopPolling()
+		if n.broker != nil {
+			n.broker.StopPolling()
+		} else if b := n.cluster.Broker(); b != nil {
+			b.StopPolling()
+		}
 		err := n.srv.Shutdown(ctx)
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 			err = errors.Join(err, n.srv.Close())
 		}
-		n.shutdownErr = errors.Join(err, n.pusher.Close(), n.broker.Close(), n.notifier.Close(),
-			n.store.Close(), n.tel.close(ctx))
+		var stopBroker error
+		if n.cluster != nil {
+			stopBroker = n.cluster.Close()
+		} else {
+			stopBroker = errors.Join(n.pusher.Close(), n.broker.Close())
+		}
+		n.shutdownErr = errors.Join(err, stopBroker, n.notifier.Close(), n.store.Close(), n.tel.close(ctx))
 	})
 	return n.shutdownErr
 }

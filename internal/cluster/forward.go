@@ -1,0 +1,231 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"time"
+
+	"github.com/tidemq/tidemq/gateway"
+)
+
+// Headers of a forwarded request and of a reply that refuses one.
+const (
+	// forwardedHeader names the node a request was forwarded from: the
+	// node it reaches serves it or refuses it, never forwards it again.
+	forwardedHeader = "Tidemq-Forwarded-By"
+	// notLeaderHeader marks a refusal by a node that does not lead
+	// (anymore): nothing was done, the forwarder may try the new leader.
+	notLeaderHeader = "Tidemq-Not-Leader"
+	// leaderWait is how long a request waits for a leader (SPEC §7.2).
+	leaderWait = 5 * time.Second
+	// maxBufferedBody is the largest body kept to send again to a new
+	// leader; a larger one is forwarded once.
+	maxBufferedBody = 64 << 20
+)
+
+// Handler serves the HTTP API on a cluster node: requests that need the
+// group's leader are served by local while this node leads, forwarded in
+// one hop to the leader's HTTP address while another node does, and wait
+// up to 5 s for a leader while there is none (then 503 no_leader). What
+// every node answers for itself (console, health, metrics, /v1/cluster)
+// is served by local.
+func (c *Cluster) Handler(local http.Handler) http.Handler {
+	client := &http.Client{
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 512,
+			IdleConnTimeout:     90 * time.Second,
+		},
+		// A redirect is the client's to follow, not the forwarder's.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !needsLeader(r) {
+			local.ServeHTTP(w, r)
+			return
+		}
+		c.serveLeader(w, r, local, client)
+	})
+}
+
+// needsLeader reports whether r is answered by the group's leader: every
+// /v1 request but the node's own view of the cluster.
+func needsLeader(r *http.Request) bool {
+	p := r.URL.Path
+	if !strings.HasPrefix(p, "/v1/") {
+		return false
+	}
+	return !(p == "/v1/cluster" && r.Method == http.MethodGet)
+}
+
+func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client) {
+	ctx, cancel := context.WithTimeout(r.Context(), leaderWait)
+	defer cancel()
+	forwarded := r.Header.Get(forwardedHeader) != ""
+	var body []byte
+	buffered := false
+	for {
+		if c.Broker() != nil {
+			if buffered {
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			local.ServeHTTP(w, r)
+			return
+		}
+		if forwarded {
+			// Whoever forwarded it looks for the leader again.
+			w.Header().Set(notLeaderHeader, "1")
+			gateway.WriteNoLeader(w, r)
+			return
+		}
+		if addr := c.leaderHTTP(ctx); addr != "" {
+			if !buffered && r.Body != nil && r.Body != http.NoBody {
+				b, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
+				if err != nil {
+					gateway.WriteNoLeader(w, r)
+					return
+				}
+				if len(b) > maxBufferedBody {
+					// Too large to keep: forwarded once, whatever comes of it.
+					r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body))
+					c.forward(w, r, client, addr, nil, false)
+					return
+				}
+				body, buffered = b, true
+			}
+			if c.forward(w, r, client, addr, body, buffered) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if r.Context().Err() == nil {
+				gateway.WriteNoLeader(w, r)
+			}
+			return
+		case <-c.changes():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// leaderHTTP is the HTTP address of the group's leader when it is another
+// node, "" when there is none or this node leads (and is getting ready).
+func (c *Cluster) leaderHTTP(ctx context.Context) string {
+	addr, id := c.raft.LeaderWithID()
+	if id == "" || string(id) == c.cfg.NodeID {
+		return ""
+	}
+	if ni, ok := c.cachedInfo(string(addr)); ok && ni.ID == string(id) && ni.HTTPAddr != "" {
+		return ni.HTTPAddr
+	}
+	ictx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	ni, err := c.infoOf(ictx, string(addr))
+	if err != nil || ni.ID != string(id) {
+		return ""
+	}
+	return ni.HTTPAddr
+}
+
+// hopHeaders are the connection's own, not the request's (RFC 9110 §7.6.1).
+var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// forward sends r to the leader at addr and copies its reply to w; it
+// reports false, having written nothing, when the leader could not have
+// acted on it (it was not reached, or answered that it does not lead) and
+// the body can be sent again.
+func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr string, body []byte, retry bool) bool {
+	var wrote bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote = true }}
+	ctx := httptrace.WithClientTrace(r.Context(), trace)
+	var rb io.Reader = http.NoBody
+	switch {
+	case retry && body != nil:
+		rb = bytes.NewReader(body)
+	case !retry && r.Body != nil:
+		rb = r.Body
+	}
+	out, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), rb)
+	if err != nil {
+		gateway.WriteNoLeader(w, r)
+		return true
+	}
+	out.Header = r.Header.Clone()
+	for _, h := range hopHeaders {
+		out.Header.Del(h)
+	}
+	out.Header.Set(forwardedHeader, c.cfg.NodeID)
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := r.Header.Get("X-Forwarded-For"); prior != "" {
+			host = prior + ", " + host
+		}
+		out.Header.Set("X-Forwarded-For", host)
+	}
+	if retry {
+		out.ContentLength = int64(len(body))
+	} else {
+		out.ContentLength = r.ContentLength
+	}
+	resp, err := client.Do(out)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return true // the caller went away
+		}
+		if retry && !wrote {
+			return false
+		}
+		c.log.Warn("forwarded request failed after it was sent; its outcome is unknown", "leader", addr, "path", r.URL.Path, "err", err)
+		gateway.WriteNoLeader(w, r)
+		return true
+	}
+	defer resp.Body.Close()
+	if retry && resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get(notLeaderHeader) != "" {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return false
+	}
+	h := w.Header()
+	for k, v := range resp.Header {
+		h[k] = v
+	}
+	for _, hh := range hopHeaders {
+		h.Del(hh)
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := copyFlushing(w, resp.Body); err != nil && !errors.Is(err, context.Canceled) {
+		c.log.Debug("forwarded reply cut short", "leader", addr, "err", err)
+	}
+	return true
+}
+
+// copyFlushing copies a reply as it comes: a long poll's answer is sent
+// when the leader sends it.
+func copyFlushing(w http.ResponseWriter, r io.Reader) (int64, error) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if _, werr := w.Write(buf[:k]); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+			_ = rc.Flush()
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
