@@ -80,6 +80,11 @@ type Config struct {
 	SnapshotThreshold, TrailingLogs uint64
 	SnapshotInterval                time.Duration // how often raft checks the threshold (default 30 s)
 
+	// Transport replaces the TCP transport (in-process tests: raft's
+	// InmemTransport); then nodes are not asked about themselves and
+	// requests are not forwarded.
+	Transport raft.Transport
+
 	// Lead starts the leader's serving state: a broker committing through
 	// p, signing receipt handles with receiptKey, and what runs on it. Its
 	// stop closes them again (leadership lost, or the node stops).
@@ -94,7 +99,7 @@ type Cluster struct {
 	raft  *raft.Raft
 	fsm   *fsm
 	layer *Layer
-	trans *raft.NetworkTransport
+	trans raft.Transport
 	snaps *raft.FileSnapshotStore
 
 	current atomic.Pointer[serving] // the broker served while leading, nil otherwise
@@ -173,14 +178,17 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if c.fsm, err = newFSM(cfg.Store, raftGroup, c.log); err != nil {
 		return nil, err
 	}
-	c.layer, err = Listen(cfg.ClusterAddr, cfg.ClusterAdvertise, cfg.Security, c.info)
-	if err != nil {
-		return nil, fmt.Errorf("cluster: listen on %s: %w", cfg.ClusterAddr, err)
+	if c.trans = cfg.Transport; c.trans == nil {
+		c.layer, err = Listen(cfg.ClusterAddr, cfg.ClusterAdvertise, cfg.Security, c.info)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: listen on %s: %w", cfg.ClusterAddr, err)
+		}
+		nt := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: c.layer, MaxPool: 4, Timeout: 10 * time.Second, Logger: hlog,
+		})
+		c.trans = nt
+		closers = append(closers, nt.Close)
 	}
-	c.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: c.layer, MaxPool: 4, Timeout: 10 * time.Second, Logger: hlog,
-	})
-	closers = append(closers, c.trans.Close)
 
 	conf := raft.DefaultConfig()
 	conf.LocalID = raft.ServerID(cfg.NodeID)
@@ -405,7 +413,10 @@ func (c *Cluster) Close() error {
 		close(c.stop)
 		c.wg.Wait()
 		c.raft.DeregisterObserver(c.obs)
-		c.closeErr = errors.Join(c.raft.Shutdown().Error(), c.trans.Close())
+		c.closeErr = c.raft.Shutdown().Error()
+		if closer, ok := c.trans.(raft.WithClose); ok {
+			c.closeErr = errors.Join(c.closeErr, closer.Close())
+		}
 	})
 	return c.closeErr
 }
@@ -476,6 +487,9 @@ func (c *Cluster) info() []byte {
 // infoOf asks the node at a cluster address about itself.
 func (c *Cluster) infoOf(ctx context.Context, addr string) (nodeInfo, error) {
 	var ni nodeInfo
+	if c.layer == nil {
+		return ni, errors.New("cluster: no transport to ask other nodes on")
+	}
 	b, err := c.layer.Info(ctx, addr)
 	if err != nil {
 		return ni, err
