@@ -164,9 +164,11 @@ func loadClusterTLS(certFile, keyFile, caFile string) (server, client *tls.Confi
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 	}
 	client = &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cert},
-		RootCAs:      pool,
+		MinVersion: tls.VersionTLS13,
+		// Always present the node's certificate, even when it is not issued by one of
+		// the CAs the server names, so the server's verification decides.
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil },
+		RootCAs:              pool,
 		// Nodes dial each other by ip:port, which their certificates need not name, so
 		// the standard verification (chain and host name) is switched off and
 		// VerifyConnection does the chain part against the cluster CA; it also runs on
@@ -566,13 +568,10 @@ func readInfo(c net.Conn) ([]byte, error) {
 	return b, nil
 }
 
-// guard runs fn on c under ctx: ctx's deadline becomes c's and its
-// cancellation interrupts fn. The deadline is cleared when fn succeeds.
+// guard runs fn on c under ctx: ctx ending (deadline or cancellation)
+// interrupts fn's I/O, and fn's error then wraps ctx.Err().
 func guard[T any](ctx context.Context, l *Layer, c net.Conn, address string, fn func() (T, error)) (T, error) {
 	var zero T
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	v, err := fn()
 	stopped := stop()
@@ -588,7 +587,6 @@ func guard[T any](ctx context.Context, l *Layer, c net.Conn, address string, fn 
 		}
 		return zero, fmt.Errorf("cluster transport: %s: %w", address, err)
 	}
-	_ = c.SetDeadline(time.Time{})
 	return v, nil
 }
 

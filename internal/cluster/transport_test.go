@@ -134,7 +134,7 @@ func (f *listFSM) applied() []string {
 }
 
 func (f *listFSM) Snapshot() (raft.FSMSnapshot, error) { return listSnapshot{}, nil }
-func (f *listFSM) Restore(rc io.ReadCloser) error    { return rc.Close() }
+func (f *listFSM) Restore(rc io.ReadCloser) error      { return rc.Close() }
 
 type listSnapshot struct{}
 
@@ -458,7 +458,8 @@ func TestLayerMutualTLSRefused(t *testing.T) {
 	srvSec := ca.nodeSecurity(t, "srv", ca)
 
 	t.Run("client cert from another CA", func(t *testing.T) {
-		srv := testLayer(t, srvSec, nil)
+		logs := &lockedBuffer{}
+		srv := testLayer(t, srvSec, nil, LayerLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 		accepted := acceptAll(t, srv)
 		cli := testLayer(t, other.nodeSecurity(t, "intruder", ca), nil)
 		if c, err := cli.Dial(raft.ServerAddress(srv.Addr().String()), 5*time.Second); err == nil {
@@ -469,6 +470,9 @@ func TestLayerMutualTLSRefused(t *testing.T) {
 			t.Fatal("info succeeded")
 		}
 		waitFor(t, 10*time.Second, "the server to refuse", func() bool { return srv.refused.Load() == 2 })
+		if out := logs.String(); strings.Count(out, "unknown authority") != 2 {
+			t.Fatalf("want both refusals for the certificate's authority, got:\n%s", out)
+		}
 		expectAccepted(t, accepted, mustDial(t, testLayer(t, ca.nodeSecurity(t, "n1", ca), nil), srv))
 	})
 
@@ -622,14 +626,27 @@ func TestLayerAddr(t *testing.T) {
 	}
 }
 
+// lockedBuffer collects log output written from the Layer's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 func TestLayerRefusalLogRateLimited(t *testing.T) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return buf.Write(p)
-	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	l, err := Listen("127.0.0.1:0", "", Security{}, nil, LayerLogger(log))
 	if err != nil {
 		t.Fatal(err)
@@ -638,17 +655,11 @@ func TestLayerRefusalLogRateLimited(t *testing.T) {
 	for range 5 {
 		l.refuse(l.Addr(), errors.New("bad"))
 	}
-	mu.Lock()
-	out := buf.String()
-	mu.Unlock()
+	out := logs.String()
 	if w, d := strings.Count(out, "level=WARN"), strings.Count(out, "level=DEBUG"); w != 1 || d != 4 {
 		t.Fatalf("5 refusals logged %d warnings and %d debug lines, want 1 and 4:\n%s", w, d, out)
 	}
 }
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestSecurityCheck(t *testing.T) {
 	ca := newTestCA(t, "cluster CA")
