@@ -383,8 +383,9 @@ func (a advertiseAddr) String() string  { return string(a) }
 // Listen checks sec (see Security.Check), listens on addr and starts accepting.
 // advertise is the address other nodes dial (default: the bound address, which
 // must then be a specific IP). info supplies the answer to Info requests; nil
-// answers with no bytes. The Layer must be closed, directly or through the
-// raft.NetworkTransport built on it.
+// answers with no bytes. Close the raft.NetworkTransport built on the Layer
+// (it closes the Layer) rather than the Layer alone, or raft's accept loop logs
+// errors until its transport is closed too.
 func Listen(addr, advertise string, sec Security, info func() []byte, opts ...LayerOption) (*Layer, error) {
 	keys, err := sec.check(addr, advertise)
 	if err != nil {
@@ -627,13 +628,13 @@ func (l *Layer) acceptLoop() {
 
 // serve authenticates one incoming connection and hands it to Accept or answers its info request.
 func (l *Layer) serve(raw net.Conn) {
-	defer func() { <-l.slots }()
 	_ = raw.SetDeadline(time.Now().Add(l.timeout))
 	c, kind, err := l.acceptHandshake(raw)
 	if err == nil && kind == kindInfo {
 		err = l.answerInfo(c)
 	}
 	l.untrack(raw)
+	<-l.slots // the slot bounds handshakes only, not connections waiting for Accept
 	if err != nil {
 		_ = c.Close()
 		if !l.isClosed() {

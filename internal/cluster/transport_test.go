@@ -561,6 +561,28 @@ func TestLayerSilentClientDoesNotBlockOthers(t *testing.T) {
 	}
 }
 
+func TestLayerPendingHandshakesBounded(t *testing.T) {
+	srv := testLayer(t, secretSecurity(t, "a shared secret of the cluster"), nil, LayerHandshakeTimeout(time.Minute))
+	for range maxPendingHandshakes {
+		c, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitFor(t, 10*time.Second, "every slot taken", func() bool { return len(srv.slots) == maxPendingHandshakes })
+	extra, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	_ = extra.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("connection beyond the handshake slots: %v, want EOF at once", err)
+	}
+	waitFor(t, 5*time.Second, "the refusal to be counted", func() bool { return srv.refused.Load() == 1 })
+}
+
 func TestLayerHandshakeTimeout(t *testing.T) {
 	srv := testLayer(t, secretSecurity(t, "a shared secret of the cluster"), nil, LayerHandshakeTimeout(300*time.Millisecond))
 	c, err := net.Dial("tcp", srv.Addr().String())
