@@ -56,6 +56,13 @@ type consoleServer struct {
 // security that is not built yet).
 func startConsoleServer(t *testing.T, jaegerUI string, wrap func(http.Handler) http.Handler) *consoleServer {
 	t.Helper()
+	return startConsoleServerWith(t, gateway.Options{JaegerUI: jaegerUI}, wrap)
+}
+
+// startConsoleServerWith is startConsoleServer with the gateway's options
+// (their Logger is the test's).
+func startConsoleServerWith(t *testing.T, opts gateway.Options, wrap func(http.Handler) http.Handler) *consoleServer {
+	t.Helper()
 	logs := &consoleLog{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	store, err := pebblestore.Open(t.TempDir(), pebblestore.Options{Logger: logger})
@@ -67,7 +74,8 @@ func startConsoleServer(t *testing.T, jaegerUI string, wrap func(http.Handler) h
 		_ = store.Close()
 		t.Fatalf("core.New: %v", err)
 	}
-	gw, err := gateway.New(b, gateway.Options{Logger: logger, JaegerUI: jaegerUI})
+	opts.Logger = logger
+	gw, err := gateway.New(b, opts)
 	if err != nil {
 		_ = b.Close()
 		_ = store.Close()
@@ -791,4 +799,108 @@ func TestConsoleAsksForToken(t *testing.T) {
 	// The API reference reads the same token.
 	b.do("opening /docs", chromedp.Navigate(srv.URL+"/docs"))
 	b.wait("the reference renders", `document.body.innerText.includes("Delivery guarantee: at least once")`)
+}
+
+// TestConsoleCluster: the Cluster page shows a three-node cluster (a test
+// double of gateway.Cluster) with each group's leader and term, and per
+// member its state, suffrage, indexes and lag behind the leader; it
+// follows a leader change by itself, shows a no_leader problem, and
+// recovers.
+func TestConsoleCluster(t *testing.T) {
+	fc := newFakeCluster()
+	srv := startConsoleServerWith(t, gateway.Options{Cluster: fc}, nil)
+	b := newBrowser(t, srv.URL)
+
+	b.do("opening the console", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css("#create-topic-form")))
+	b.do("opening the cluster page", chromedp.Click(css("#nav-cluster")), chromedp.WaitVisible(css(`tr[data-member="n3"]`)))
+	if cur := b.eval(`document.querySelector("#nav-cluster").getAttribute("aria-current")`); cur != "page" {
+		t.Errorf("the Cluster link's aria-current is %q on the cluster page", cur)
+	}
+	member := func(id, cell string) string {
+		return textOf(fmt.Sprintf(`.cluster-group[data-group="g1"] tr[data-member=%q] td.%s`, id, cell))
+	}
+	lag := func(id string) string {
+		return fmt.Sprintf(`(document.querySelector('.cluster-group[data-group="g1"] tr[data-member=%q] td.lag')?.dataset.lag ?? "")`, id)
+	}
+	b.wait("the leader and term show", textOf(`.cluster-group[data-group="g1"] .leader`)+` === "n2" && `+textOf(`.cluster-group[data-group="g1"] .term`)+` === "7"`)
+	for _, m := range []struct{ id, state, suffrage, last, applied, lag string }{
+		{"n1", "follower", "voter", "1234", "1230", "10"},
+		{"n2", "leader", "voter", "1240", "1240", "0"},
+		{"n3", "follower", "voter", "1200", "1190", "50"},
+	} {
+		for cell, want := range map[string]string{"state": m.state, "suffrage": m.suffrage, "last": m.last, "applied": m.applied} {
+			expr := member(m.id, cell)
+			if cell == "last" || cell == "applied" {
+				expr += `.replace(/\D/g, "")` // digits only: the page groups them as the browser's locale does
+			}
+			if got := b.eval(expr); got != want {
+				t.Errorf("member %s: %s shows %q, want %q", m.id, cell, got, want)
+			}
+		}
+		if got := b.eval(lag(m.id)); got != m.lag {
+			t.Errorf("member %s: lag %q, want %s (the leader's lastIndex − its appliedIndex)", m.id, got, m.lag)
+		}
+	}
+	if got := b.eval(textOf("#cluster-alive")); got != "2 of 3" {
+		t.Errorf("nodes alive shows %q, want 2 of 3", got)
+	}
+	if got := b.eval(textOf(`tr[data-node="n3"] td.alive`)); got != "down" {
+		t.Errorf("node n3 shows %q, want down", got)
+	}
+	if got := b.eval(textOf("#cluster-node")); got != "n1" {
+		t.Errorf("answering node shows %q, want n1", got)
+	}
+	b.checkLabels("cluster")
+
+	// A new leader, a new term, members catching up and a new non-voter:
+	// the page follows by itself.
+	fc.mu.Lock()
+	g := &fc.view.Groups[0]
+	g.Leader, g.Term = "n3", 8
+	g.Members[0].AppliedIndex, g.Members[0].LastIndex = 1290, 1300
+	g.Members[1].State, g.Members[1].AppliedIndex, g.Members[1].LastIndex = "unknown", 1250, 1250
+	g.Members[2].State, g.Members[2].AppliedIndex, g.Members[2].LastIndex = "leader", 1300, 1300
+	g.Members = append(g.Members, gateway.ClusterMember{ID: "n4", ClusterAddr: "127.0.0.1:7004", HTTPAddr: "127.0.0.1:8084", Suffrage: "nonvoter", State: "follower"})
+	fc.view.Nodes[1].Alive, fc.view.Nodes[2].Alive = false, true
+	fc.mu.Unlock()
+	b.wait("the new leader shows", textOf(`.cluster-group[data-group="g1"] .leader`)+` === "n3" && `+textOf(`.cluster-group[data-group="g1"] .term`)+` === "8"`)
+	for id, want := range map[string]string{"n1": "10", "n2": "50", "n3": "0", "n4": "1300"} {
+		if got := b.eval(lag(id)); got != want {
+			t.Errorf("after the leader change, member %s: lag %q, want %s", id, got, want)
+		}
+	}
+	if got := b.eval(member("n4", "suffrage")); got != "nonvoter" {
+		t.Errorf("the new member's suffrage shows %q", got)
+	}
+	if got := b.eval(member("n2", "state")); got != "unknown" {
+		t.Errorf("n2's state shows %q, want unknown", got)
+	}
+
+	// A group electing its leader: the problem shows, then goes.
+	fc.setErr(fmt.Errorf("group g1: %w", gateway.ErrNoLeader))
+	b.wait("the no_leader problem shows", textOf(".view .problem")+`.includes("No leader")`)
+	fc.setErr(nil)
+	b.wait("the problem goes", `document.querySelector(".view .problem").hidden`)
+	b.wait("the view is back", textOf(`.cluster-group[data-group="g1"] .leader`)+` === "n3"`)
+}
+
+// TestConsoleClusterSingleNode: a node without a cluster shows as a
+// cluster of one: itself, the leader of g1, a voter with no lag.
+func TestConsoleClusterSingleNode(t *testing.T) {
+	srv := startConsoleServer(t, "", nil)
+	b := newBrowser(t, srv.URL)
+	b.do("opening the cluster page", chromedp.Navigate(srv.URL+"/#/cluster"), chromedp.WaitVisible(css(`tr[data-member="tidemq"]`)))
+	b.wait("it says it runs alone", `!!document.querySelector("#cluster-single")`)
+	row := `.cluster-group[data-group="g1"] tr[data-member="tidemq"]`
+	for sel, want := range map[string]string{
+		row + " td.state": "leader", row + " td.suffrage": "voter", row + " td.lag": "0",
+		".cluster-group .leader": "tidemq", "#cluster-alive": "1 of 1",
+	} {
+		if got := b.eval(textOf(sel)); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+	if n := b.eval(`String(document.querySelectorAll(".cluster-group").length)`); n != "1" {
+		t.Errorf("%s groups shown, want 1", n)
+	}
 }

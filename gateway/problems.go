@@ -29,7 +29,8 @@ type problemKind struct {
 	title  string
 }
 
-// problemTable maps each core sentinel to its status and code (SPEC §4).
+// problemTable maps each sentinel, core's and the cluster's, to its status
+// and code (SPEC §4).
 var problemTable = []struct {
 	err  error
 	kind problemKind
@@ -46,6 +47,12 @@ var problemTable = []struct {
 	{core.ErrClosed, problemKind{503, "not_ready", "Not ready"}},
 	{core.ErrNoLeader, problemKind{503, "no_leader", "No leader"}},
 	{core.ErrInsufficientStorage, problemKind{507, "insufficient_storage", "Insufficient storage"}},
+	// The cluster's (cluster.go).
+	{ErrNoLeader, kindNoLeader},
+	{ErrGroupNotFound, problemKind{404, "group_not_found", "Group not found"}},
+	{ErrMemberNotFound, problemKind{404, "member_not_found", "Member not found"}},
+	{ErrMemberConflict, problemKind{409, "member_conflict", "Member conflict"}},
+	{errNotClustered, kindNotClustered},
 }
 
 var (
@@ -120,6 +127,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusInsufficientStorage {
 		w.Header().Set("Retry-After", "5")
+		if p.Code == kindNoLeader.code {
+			w.Header().Set("Retry-After", noLeaderRetryAfter)
+		}
 	}
 	writeProblem(w, p)
 }

@@ -64,6 +64,10 @@ func (s *Server) routes() *chi.Mux {
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/seek", s.api(ActionAdmin, s.seek))
 	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(ActionAdmin, s.listDeadLetters))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(ActionAdmin, s.redrive))
+
+	m.Get("/v1/cluster", s.api(ActionAdmin, s.getCluster))
+	m.Post("/v1/cluster/members", s.api(ActionAdmin, s.addMember))
+	m.Delete("/v1/cluster/members/{id}", s.api(ActionAdmin, s.removeMember))
 	return m
 }
 

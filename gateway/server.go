@@ -48,6 +48,15 @@ type Options struct {
 	// http://127.0.0.1:16686); the console links each message to its
 	// trace there. A value that is not an absolute http(s) URL is ignored.
 	JaegerUI string
+	// Cluster answers the cluster API (/v1/cluster); nil is a single node,
+	// a cluster of one that refuses membership changes (SPEC §7.1).
+	Cluster Cluster
+	// NodeID names the single node in GET /v1/cluster (default "tidemq");
+	// with a Cluster, the Cluster's view names the nodes.
+	NodeID string
+	// HTTPAddr is the single node's advertised HTTP host:port in GET
+	// /v1/cluster; empty means the address the request came in on.
+	HTTPAddr string
 }
 
 // Server is the HTTP front of a broker.
@@ -85,6 +94,9 @@ func New(b Broker, opts Options) (*Server, error) {
 	}
 	if opts.BodyBudgetBytes <= 0 {
 		opts.BodyBudgetBytes = DefaultBodyBudgetBytes
+	}
+	if opts.NodeID == "" {
+		opts.NodeID = DefaultNodeID
 	}
 	doc, err := LoadSpec()
 	if err != nil {

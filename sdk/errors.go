@@ -105,6 +105,13 @@ var (
 	ErrTooManyRequests          = newCode("too_many_requests")          // 429
 	ErrNotReady                 = newCode("not_ready")                  // 503
 	ErrInsufficientStorage      = newCode("insufficient_storage")       // 507
+	// A cluster's (SPEC §7): a group electing its leader (a Producer
+	// retries it after its Retry-After, 1 s), and the membership API's.
+	ErrNoLeader       = newCode("no_leader")        // 503
+	ErrGroupNotFound  = newCode("group_not_found")  // 404
+	ErrMemberNotFound = newCode("member_not_found") // 404
+	ErrMemberConflict = newCode("member_conflict")  // 409
+	ErrNotClustered   = newCode("not_clustered")    // 409
 	// Codes of openapi.yaml beyond SPEC §4.
 	ErrNotFound         = newCode("not_found")          // 404: no such path
 	ErrMethodNotAllowed = newCode("method_not_allowed") // 405

@@ -1,6 +1,7 @@
 // tidemq console: a single page over the HTTP API, in plain ES modules.
 //
-// Routes live in the URL's hash (#/topics/orders/subscriptions/billing/dlq),
+// Routes live in the URL's hash (#/topics/orders/subscriptions/billing/dlq,
+// #/cluster),
 // so every view can be bookmarked and the browser's back button works. A
 // poll every POLL_MS refreshes the current view; send rates and lag charts
 // are computed here from successive polls. docs/console.md describes it.
@@ -1194,6 +1195,87 @@ function messageView(r) {
   };
 }
 
+/**
+ * Cluster: the nodes, and per broker group its leader, term and members
+ * with their Raft state and how far each is behind the leader.
+ */
+function clusterView() {
+  const head = h('div');
+  const nodes = h('div');
+  const groups = h('div');
+  const errors = errorSlot();
+
+  // A member's lag is the entries the leader has that it has not applied
+  // yet; unknown while the group has no leader.
+  function lagOf(g, m) {
+    const leader = (g.members || []).find((x) => x.id === g.leader);
+    if (!leader) return null;
+    return Math.max(0, leader.lastIndex - m.appliedIndex);
+  }
+
+  function render(v) {
+    const alive = v.nodes.filter((n) => n.alive).length;
+    const single = v.groups.length === 1 && v.groups[0].members.length === 1 && !v.groups[0].members[0].clusterAddr;
+    replace(head, JSON.stringify([v.node, alive, v.nodes.length, v.groups.length, single]),
+      h('dl.stats',
+        stat('Answered by', h('span#cluster-node', v.node)),
+        stat('Nodes alive', h('span#cluster-alive', `${fmtNum(alive)} of ${fmtNum(v.nodes.length)}`), alive < v.nodes.length ? 'bad' : ''),
+        stat('Groups', fmtNum(v.groups.length))),
+      single ? h('p.muted#cluster-single', 'This node runs alone: a cluster of one, leader of its only group. Start nodes with --node-id, --cluster-addr and --peers to run a cluster.') : null);
+    replace(nodes, JSON.stringify([v.node, v.nodes]), table('Nodes', ['Node', 'HTTP address', 'State'],
+      v.nodes.map((n) => h('tr', { dataset: { node: n.id } },
+        h('th', { scope: 'row' }, h('span.mono', n.id), n.id === v.node ? h('span.muted', ' (this node)') : null),
+        h('td.mono', n.httpAddr || '—'),
+        h('td.alive', badge(n.alive ? 'alive' : 'down', n.alive ? 'alive' : 'down')))),
+      'No nodes.'));
+    replace(groups, JSON.stringify(v.groups), v.groups.length ? v.groups.map((g) => h('section.card.cluster-group', { dataset: { group: g.id }, 'aria-labelledby': `group-${g.id}-title` },
+      h('h2', { id: `group-${g.id}-title` }, h('span.kind', 'Group '), g.id),
+      h('dl.stats',
+        stat('Leader', h('span.leader', g.leader || 'none (electing)'), g.leader ? '' : 'bad'),
+        stat('Term', h('span.term', fmtNum(g.term))),
+        stat('Members', fmtNum(g.members.length))),
+      table(`Members of ${g.id}`, ['Member', 'Cluster address', 'HTTP address', 'Suffrage', 'State',
+        { label: 'Last index', class: 'num' }, { label: 'Applied index', class: 'num' }, { label: 'Lag', class: 'num' }],
+      g.members.map((m) => {
+        const lag = lagOf(g, m);
+        return h('tr', { dataset: { member: m.id } },
+          h('th', { scope: 'row' }, h('span.mono', m.id)),
+          h('td.mono', m.clusterAddr || '—'),
+          h('td.mono', m.httpAddr || '—'),
+          h('td.suffrage', badge(m.suffrage, m.suffrage)),
+          h('td.state', badge(m.state, m.state)),
+          h('td.num.last', fmtNum(m.lastIndex)),
+          h('td.num.applied', fmtNum(m.appliedIndex)),
+          h('td.num.lag', { dataset: { lag: lag === null ? '' : String(lag) } }, lag === null ? '—' : fmtNum(lag)));
+      }),
+      'No members.'))) : h('p.empty', 'No broker groups.'));
+  }
+
+  return {
+    title: 'Cluster',
+    el: h('section.view',
+      h('h1', 'Cluster'),
+      errors.el, head,
+      h('section', { 'aria-labelledby': 'cluster-nodes-title' }, h('h2#cluster-nodes-title', 'Nodes'), nodes),
+      groups),
+    async refresh() {
+      try {
+        const v = await api('GET', 'v1/cluster', undefined, { quiet: true });
+        errors.clear();
+        render({ node: v.node, groups: (v.groups || []).map((g) => ({ ...g, members: g.members || [] })), nodes: v.nodes || [] });
+      } catch (err) {
+        // A group without a leader (no_leader) and the like show here,
+        // over the last view; a 401 goes to the banner and its token button.
+        if (err instanceof ProblemError && err.status !== 401 && err.status !== 0) {
+          errors.show(err);
+          return;
+        }
+        throw err;
+      }
+    },
+  };
+}
+
 function notFoundView() {
   return {
     title: 'Not found',
@@ -1214,6 +1296,7 @@ function parseRoute() {
   }
   const q = new URLSearchParams(qs || '');
   if (parts.length === 0 || (parts[0] === 'topics' && parts.length === 1)) return { view: 'topics', q };
+  if (parts[0] === 'cluster' && parts.length === 1) return { view: 'cluster', q };
   if (parts[0] !== 'topics') return { view: 'notfound', q };
   const [, topic, section, name, tab] = parts;
   if (!section) return { view: 'topic', topic, tab: 'subscriptions', q };
@@ -1223,7 +1306,9 @@ function parseRoute() {
   return { view: 'notfound', q };
 }
 
-const VIEWS = { topics: topicsView, topic: topicView, subscription: subscriptionView, message: messageView, notfound: notFoundView };
+const VIEWS = {
+  topics: topicsView, topic: topicView, subscription: subscriptionView, message: messageView, cluster: clusterView, notfound: notFoundView,
+};
 let routeKey = null;
 
 function route() {
@@ -1235,6 +1320,7 @@ function route() {
   current = view;
   document.title = `${view.title} · tidemq`;
   document.getElementById('nav-topics').setAttribute('aria-current', r.view === 'topics' ? 'page' : 'false');
+  document.getElementById('nav-cluster').setAttribute('aria-current', r.view === 'cluster' ? 'page' : 'false');
   if (routeKey !== null && key !== routeKey) {
     const h1 = view.el.querySelector('h1');
     if (h1) {
