@@ -7,6 +7,8 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/tidemq/tidemq/core"
 )
 
 // Cluster is what the gateway asks about the cluster the node is in. nil in Options: a single node,
@@ -64,7 +66,7 @@ type MemberRequest struct {
 
 // Errors a Cluster returns, mapped by the problem table:
 var (
-	ErrNoLeader       = errors.New("no leader")        // 503 no_leader, Retry-After: 1
+	ErrNoLeader       = core.ErrNoLeader               // 503 no_leader, Retry-After: 1
 	ErrGroupNotFound  = errors.New("group not found")  // 404 group_not_found
 	ErrMemberNotFound = errors.New("member not found") // 404 member_not_found
 	ErrMemberConflict = errors.New("member conflict")  // 409 member_conflict (id or address already used differently)

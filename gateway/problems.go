@@ -45,7 +45,6 @@ var problemTable = []struct {
 	{core.ErrMessageTooLarge, problemKind{413, "message_too_large", "Message too large"}},
 	{core.ErrTooManyRequests, problemKind{429, "too_many_requests", "Too many requests"}},
 	{core.ErrClosed, problemKind{503, "not_ready", "Not ready"}},
-	{core.ErrNoLeader, problemKind{503, "no_leader", "No leader"}},
 	{core.ErrInsufficientStorage, problemKind{507, "insufficient_storage", "Insufficient storage"}},
 	// The cluster's (cluster.go).
 	{ErrNoLeader, kindNoLeader},
