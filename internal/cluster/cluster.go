@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/pebblestore"
@@ -80,6 +81,9 @@ type Config struct {
 	SnapshotThreshold, TrailingLogs uint64
 	SnapshotInterval                time.Duration // how often raft checks the threshold (default 30 s)
 
+	// MeterProvider gets the raft metrics (metrics.go); nil drops them.
+	MeterProvider metric.MeterProvider
+
 	// Transport replaces the TCP transport (in-process tests: raft's
 	// InmemTransport); then nodes are not asked about themselves and
 	// requests are not forwarded.
@@ -112,6 +116,7 @@ type Cluster struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	obs     *raft.Observer
+	metrics *metrics
 
 	infoMu sync.Mutex
 	infos  map[string]nodeInfo // by cluster address: what each node said of itself
@@ -151,8 +156,10 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if err := core.ValidateName("node", cfg.NodeID); err != nil {
 		return nil, fmt.Errorf("cluster: node id %q: %w", cfg.NodeID, err)
 	}
-	if err := cfg.Security.Check(cfg.ClusterAddr, cfg.ClusterAdvertise); err != nil {
-		return nil, err
+	if cfg.Transport == nil {
+		if err := cfg.Security.Check(cfg.ClusterAddr, cfg.ClusterAdvertise); err != nil {
+			return nil, err
+		}
 	}
 	c := &Cluster{
 		cfg: cfg, log: cfg.Logger.With("component", "cluster", "node", cfg.NodeID),
@@ -175,7 +182,10 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	if err := c.finishRestore(); err != nil {
 		return nil, err
 	}
-	if c.fsm, err = newFSM(cfg.Store, raftGroup, c.log); err != nil {
+	if c.metrics, err = newMetrics(c, cfg.MeterProvider); err != nil {
+		return nil, fmt.Errorf("cluster: metrics: %w", err)
+	}
+	if c.fsm, err = newFSM(cfg.Store, raftGroup, c.log, c.metrics); err != nil {
 		return nil, err
 	}
 	if c.trans = cfg.Transport; c.trans == nil {
@@ -226,8 +236,12 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		return false
 	})
 	c.raft.RegisterObserver(c.obs)
+	if err := c.metrics.register(c); err != nil {
+		return nil, errors.Join(fmt.Errorf("cluster: metrics: %w", err), c.raft.Shutdown().Error())
+	}
 	c.wg.Go(func() { c.watch(obsCh) })
 	c.wg.Go(c.leadLoop)
+	c.wg.Go(c.watchMembers)
 	return c, nil
 }
 
@@ -235,7 +249,10 @@ func Start(cfg Config) (_ *Cluster, err error) {
 // member does the same with the same list, which hashicorp/raft allows.
 func (c *Cluster) bootstrap(conf *raft.Config, logs *pebblestore.RaftStore) error {
 	if len(c.cfg.Peers) == 0 {
-		return errors.New("cluster: a new node needs --peers (the first members, itself among them)")
+		// A node for an existing cluster: it waits until a member adds it
+		// (POST /v1/cluster/members), and the leader's log reaches it.
+		c.log.Info("new node without --peers: waiting to be added to a cluster", "cluster_addr", c.cfg.ClusterAdvertise)
+		return nil
 	}
 	var servers []raft.Server
 	self := false
@@ -286,7 +303,10 @@ func (c *Cluster) watch(ch <-chan raft.Observation) {
 		select {
 		case <-c.stop:
 			return
-		case <-ch:
+		case o := <-ch:
+			if _, ok := o.Data.(raft.LeaderObservation); ok {
+				c.metrics.leaderChanged()
+			}
 			c.notify()
 		}
 	}
@@ -360,7 +380,7 @@ func (c *Cluster) lead() {
 		c.log.Warn("leading: no receipt key", "err", err)
 		return
 	}
-	p := &proposer{raft: c.raft, session: session, rebuild: c.rebuild}
+	p := &proposer{raft: c.raft, session: session, rebuild: c.rebuild, metrics: c.metrics}
 	b, stop, err := c.cfg.Lead(p, key)
 	if err != nil {
 		p.fail()
@@ -413,7 +433,7 @@ func (c *Cluster) Close() error {
 		close(c.stop)
 		c.wg.Wait()
 		c.raft.DeregisterObserver(c.obs)
-		c.closeErr = c.raft.Shutdown().Error()
+		c.closeErr = errors.Join(c.raft.Shutdown().Error(), c.metrics.unregister())
 		if closer, ok := c.trans.(raft.WithClose); ok {
 			c.closeErr = errors.Join(c.closeErr, closer.Close())
 		}
@@ -430,17 +450,20 @@ type proposer struct {
 	session uint64
 	failed  atomic.Bool
 	rebuild chan<- struct{}
+	metrics *metrics
 }
 
 func (p *proposer) Propose(b core.Batch, _ bool) error {
 	if p.failed.Load() {
 		return core.ErrNoLeader
 	}
+	start := time.Now()
 	f := p.raft.Apply(encodeEntry(entryBatch, p.session, b.Repr()), applyTimeout)
 	err := f.Error()
 	if err == nil {
 		err, _ = f.Response().(error)
 	}
+	p.metrics.observeCommit(start)
 	if err != nil {
 		p.fail()
 		return fmt.Errorf("%w: %v", core.ErrNoLeader, err)
@@ -474,7 +497,7 @@ func (c *Cluster) self() nodeInfo {
 		ni.State = strings.ToLower(c.raft.State().String())
 		ni.Term = c.raft.CurrentTerm()
 		ni.LastIndex = c.raft.LastIndex()
-		ni.AppliedIndex = c.fsm.applied.Load()
+		ni.AppliedIndex = c.raft.AppliedIndex()
 	}
 	return ni
 }

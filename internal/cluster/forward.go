@@ -66,6 +66,11 @@ func needsLeader(r *http.Request) bool {
 }
 
 func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client) {
+	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/cluster/members/") {
+		// A leader removing itself asks its successor with the caller's
+		// credentials (removeSelf).
+		r = r.WithContext(context.WithValue(r.Context(), callerKey{}, r.Header))
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), leaderWait)
 	defer cancel()
 	forwarded := r.Header.Get(forwardedHeader) != ""

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -51,10 +52,11 @@ type fsm struct {
 	// session is the writer whose batches are applied (entrySession).
 	// Only raft's apply goroutine changes it (Apply, Restore).
 	session uint64
+	metrics *metrics
 }
 
-func newFSM(store *pebblestore.Store, group uint32, log *slog.Logger) (*fsm, error) {
-	f := &fsm{store: store, group: group, log: log}
+func newFSM(store *pebblestore.Store, group uint32, log *slog.Logger, m *metrics) (*fsm, error) {
+	f := &fsm{store: store, group: group, log: log, metrics: m}
 	idx, err := store.AppliedIndex(group)
 	if err != nil {
 		return nil, err
@@ -79,6 +81,8 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.log.Error("state machine cannot apply an entry; the node's state stops here", "index", l.Index, "err", err)
 		return err
 	}
+	start := time.Now()
+	defer f.metrics.observeApply(start)
 	session := binary.BigEndian.Uint64(l.Data[1:9])
 	var err, result error
 	switch {
@@ -109,6 +113,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.metrics.snapshot("taken")
 	return fsmSnapshot{sn}, nil
 }
 
@@ -127,6 +132,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if f.session, err = f.store.Session(f.group); err != nil {
 		return err
 	}
+	f.metrics.snapshot("restored")
 	f.log.Info("state restored from a snapshot", "applied_index", idx)
 	return nil
 }

@@ -77,7 +77,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			}
 		}
 	}()
-	n.tel, err = setupTelemetry(ctx, cfg.SpanPipeline, cfg.Getenv)
+	n.tel, err = setupTelemetry(ctx, cfg.SpanPipeline, cfg.NodeID, cfg.Getenv)
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +123,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		closers = append(closers, n.broker.Close)
 		served = n.broker
 	}
-	n.gw, err = gateway.New(served, gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
-		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI})
+	gwOpts := gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
+		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI}
+	if n.cluster != nil {
+		gwOpts.Cluster, gwOpts.NodeID = n.cluster, cfg.NodeID
+	}
+	n.gw, err = gateway.New(served, gwOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +191,7 @@ func (n *Node) startCluster(cfg Config, httpAddr string, opts core.Options) (*cl
 	return cluster.Start(cluster.Config{
 		NodeID: cfg.NodeID, ClusterAddr: cfg.ClusterAddr, ClusterAdvertise: cfg.ClusterAdvertise,
 		HTTPAdvertise: httpAddr, Peers: peers, Security: cfg.clusterSecurity(), Dir: cfg.Data,
-		Store: n.store, Logger: n.log, HeartbeatTimeout: cfg.RaftHeartbeat,
+		Store: n.store, Logger: n.log, HeartbeatTimeout: cfg.RaftHeartbeat, MeterProvider: n.tel.meterProvider,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
 		Lead: func(p core.Proposer, receiptKey []byte) (*core.Broker, func() error, error) {
 			o := opts

@@ -173,7 +173,7 @@ func TestSpanPipelineSwitch(t *testing.T) {
 		{SpanPipelineSDK, nil, "none"},
 		{SpanPipelineLean, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_TRACES_EXPORTER": "none"}, "none"},
 	} {
-		tel, err := setupTelemetry(context.Background(), tc.pipeline, func(k string) string { return tc.env[k] })
+		tel, err := setupTelemetry(context.Background(), tc.pipeline, "", func(k string) string { return tc.env[k] })
 		if err != nil {
 			t.Fatalf("%s %v: %v", tc.pipeline, tc.env, err)
 		}
@@ -196,7 +196,7 @@ func TestSpanPipelineSwitch(t *testing.T) {
 	// Both pipelines read the variables through the same parser.
 	for _, pipeline := range []string{SpanPipelineLean, SpanPipelineSDK} {
 		env := map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1", "OTEL_BSP_SCHEDULE_DELAY": "soon"}
-		if _, err := setupTelemetry(context.Background(), pipeline, func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "OTEL_BSP_SCHEDULE_DELAY") {
+		if _, err := setupTelemetry(context.Background(), pipeline, "", func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "OTEL_BSP_SCHEDULE_DELAY") {
 			t.Errorf("%s, OTEL_BSP_SCHEDULE_DELAY=soon: err = %v", pipeline, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -42,7 +43,10 @@ func TracingEnabled(getenv func(string) string) bool {
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != ""
 }
 
-func setupTelemetry(ctx context.Context, pipeline string, getenv func(string) string) (t *telemetry, err error) {
+// setupTelemetry makes the node's span and metric pipelines; a cluster
+// node's spans carry its id (service.instance.id), so a trace shows which
+// node handled each part of a forwarded request.
+func setupTelemetry(ctx context.Context, pipeline, nodeID string, getenv func(string) string) (t *telemetry, err error) {
 	t = &telemetry{tracerProvider: tracenoop.NewTracerProvider()}
 	defer func() {
 		if err != nil {
@@ -53,7 +57,11 @@ func setupTelemetry(ctx context.Context, pipeline string, getenv func(string) st
 	if service == "" {
 		service = "tidemq"
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	attrs := []attribute.KeyValue{semconv.ServiceName(service)}
+	if nodeID != "" {
+		attrs = append(attrs, semconv.ServiceInstanceID(nodeID))
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attrs...))
 	if err != nil {
 		return t, fmt.Errorf("telemetry resource: %w", err)
 	}
