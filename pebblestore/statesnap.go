@@ -231,7 +231,9 @@ func (s *Store) restoreState(r io.Reader) error {
 	if err := sr.header(); err != nil {
 		return err
 	}
-	b := s.db.NewBatch()
+	// Room for a full batch and a record of up to its size, kept across
+	// commits: Pebble drops a batch's buffer over 1 MiB at every Reset.
+	b := s.db.NewBatch(pebble.WithInitialSizeBytes(2*restoreBatchBytes), pebble.WithMaxRetainedSizeBytes(2*restoreBatchBytes))
 	defer b.Close()
 	if err := s.deleteState(b); err != nil {
 		return err
