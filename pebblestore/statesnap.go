@@ -123,7 +123,7 @@ func (sn *StateSnapshot) WriteTo(w io.Writer) (int64, error) {
 		}
 		var rec [stateRecordHeaderLen]byte
 		err := walkState(sn.snap, func(k, v []byte) error {
-			if len(k) > maxStateKeyBytes || len(v) > math.MaxUint32 {
+			if len(k) > maxStateKeyBytes || uint64(len(v)) > math.MaxUint32 {
 				return fmt.Errorf("key %.32x… of %d bytes with a value of %d bytes does not fit a state record", k, len(k), len(v))
 			}
 			rec[0] = stateRecordTag
