@@ -12,7 +12,8 @@
 // (raft groups' logs and stable stores). keys.go
 // defines every key; record.go the message record; format.go the layout's
 // version; batch.go and store.go what the families share; replica.go
-// applying encoded batches, checkpoints and fingerprints. The storage
+// applying encoded batches, checkpoints and fingerprints; statesnap.go
+// streaming the replicated state out and in (raft snapshots). The storage
 // tricks (below) are walsync.go, fsyncring_*.go and walspare.go, their
 // gauges metrics.go.
 //
@@ -29,6 +30,7 @@
 //	mI      mI                                            highest topic id u32, highest subscription/cursor id u32 ever given
 //	mC      mC                                            broker counters: next seq u64, last store time ms u64, highest record id u64
 //	mV      mV                                            format version u32 (format.go)
+//	mR      mR                                            ∅: a RestoreState under way, the state half-replaced (statesnap.go)
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
 //	Q       Q topicID queueID firstOffset 'r'             queue-index run: per offset from firstOffset, uvarint seq delta, varint storedAtMs delta, uvarint size, tagHash, keyHash

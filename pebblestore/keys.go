@@ -12,7 +12,7 @@ import (
 const (
 	prefixTopic     = 't' // t topicID → topic record (JSON)
 	prefixSub       = 's' // s subID → subscription record (JSON)
-	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyCounters, keyEpoch, keyFormat)
+	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyCounters, keyEpoch, keyFormat, keyRestoring)
 	prefixQueueMeta = 'q' // q topicID queueID → next offset, bytes
 	prefixLog       = 'L' // L seq → message record
 	prefixQueue     = 'Q' // Q topicID queueID firstOffset 'r' → queue-index run
@@ -43,7 +43,17 @@ var (
 	// keyEpoch holds the broker's epoch (uint64), raised on every start;
 	// a store without it is at epoch 0.
 	keyEpoch = []byte{prefixMeta, 'E'}
+	// keyRestoring marks a RestoreState under way (statesnap.go): while it
+	// is there the state is half-replaced and must not be served.
+	keyRestoring = []byte{prefixMeta, 'R'}
 )
+
+// The raft groups' keys span [raftSpanStart, raftSpanEnd): every key of
+// prefix r. They are each replica's own log and votes, not the state it
+// applied, so fingerprints and state snapshots leave them out (isRaftKey).
+var raftSpanStart, raftSpanEnd = []byte{prefixRaft}, []byte{prefixRaft + 1}
+
+func isRaftKey(k []byte) bool { return len(k) > 0 && k[0] == prefixRaft }
 
 // Markers inside keys of a prefix.
 const (

@@ -47,38 +47,24 @@ func (s *Store) Checkpoint(dir string) error {
 // Fingerprint is a SHA-256 over every key and value of the store in key
 // order, each length-prefixed (uvarint) so that no two contents hash alike
 // by a shifted boundary. Raft groups' logs and stable keys (RaftStore) are
-// left out: they are each replica's own, not the state it applied. Two stores with equal fingerprints hold the same
-// data, whatever their files look like (flushes, compactions, tombstones
-// are not data). It reads the whole store: for tests and for comparing
-// replicas, not for a request path.
+// left out (walkState): they are each replica's own, not the state it
+// applied. Two stores with equal fingerprints hold the same data, whatever
+// their files look like (flushes, compactions, tombstones are not data).
+// It reads the whole store: for tests and for comparing replicas, not for
+// a request path.
 func (s *Store) Fingerprint() ([32]byte, error) {
 	var sum [32]byte
 	err := s.read(func() error {
 		h := sha256.New()
 		var n [binary.MaxVarintLen64]byte
-		it, err := s.db.NewIter(&pebble.IterOptions{})
-		if err != nil {
-			return err
-		}
-		for it.First(); it.Valid(); it.Next() {
-			if k := it.Key(); len(k) > 0 && k[0] == prefixRaft {
-				continue
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				_ = it.Close()
-				return err
-			}
-			for _, p := range [][]byte{it.Key(), v} {
+		err := walkState(s.db, func(k, v []byte) error {
+			for _, p := range [][]byte{k, v} {
 				h.Write(n[:binary.PutUvarint(n[:], uint64(len(p)))])
 				h.Write(p)
 			}
-		}
-		if err := it.Error(); err != nil {
-			_ = it.Close()
-			return err
-		}
-		if err := it.Close(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return err
 		}
 		h.Sum(sum[:0])
