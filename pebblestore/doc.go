@@ -31,6 +31,9 @@
 //	mC      mC                                            broker counters: next seq u64, last store time ms u64, highest record id u64
 //	mV      mV                                            format version u32 (format.go)
 //	mR      mR                                            ∅: a RestoreState under way, the state half-replaced (statesnap.go)
+//	ma      ma group                                      a raft group's applied index u64 (applied.go)
+//	mw      mw group                                      the session u64 whose batches the group's state machine applies (applied.go)
+//	mK      mK                                            the cluster's receipt key (32 bytes), replicated so any leader judges any handle
 //	q       q topicID queueID                             next offset u64, bytes u64
 //	L       L seq                                         message record (see record.go)
 //	Q       Q topicID queueID firstOffset 'r'             queue-index run: per offset from firstOffset, uvarint seq delta, varint storedAtMs delta, uvarint size, tagHash, keyHash

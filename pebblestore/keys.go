@@ -12,7 +12,7 @@ import (
 const (
 	prefixTopic     = 't' // t topicID → topic record (JSON)
 	prefixSub       = 's' // s subID → subscription record (JSON)
-	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyCounters, keyEpoch, keyFormat, keyRestoring)
+	prefixMeta      = 'm' // m name → store-wide values (keyLastIDs, keyCounters, keyEpoch, keyFormat, keyRestoring; applied.go: a raft group's applied index and session, the cluster's receipt key)
 	prefixQueueMeta = 'q' // q topicID queueID → next offset, bytes
 	prefixLog       = 'L' // L seq → message record
 	prefixQueue     = 'Q' // Q topicID queueID firstOffset 'r' → queue-index run
