@@ -25,11 +25,19 @@ type testNode struct {
 	store *pebblestore.Store
 	trans *raft.InmemTransport
 	c     *cluster.Cluster
+	cfg   cluster.Config
+}
+
+// groupOptions shrink raft's log for a test; zero keeps the defaults.
+type groupOptions struct {
+	snapshotThreshold, trailingLogs uint64
 }
 
 // startGroup starts n members on in-memory stores, every transport
 // connected to every other.
-func startGroup(t *testing.T, n int) []*testNode {
+func startGroup(t *testing.T, n int) []*testNode { return startGroupWith(t, n, groupOptions{}) }
+
+func startGroupWith(t *testing.T, n int, o groupOptions) []*testNode {
 	t.Helper()
 	nodes := make([]*testNode, n)
 	var peers []cluster.Peer
@@ -52,9 +60,10 @@ func startGroup(t *testing.T, n int) []*testNode {
 			t.Fatal(err)
 		}
 		nd.store = store
-		nd.c, err = cluster.Start(cluster.Config{
+		nd.cfg = cluster.Config{
 			NodeID: nd.id, ClusterAddr: string(nd.trans.LocalAddr()), Peers: peers, Dir: t.TempDir(),
 			Store: store, Logger: quiet, Transport: nd.trans, HeartbeatTimeout: 200 * time.Millisecond,
+			SnapshotThreshold: o.snapshotThreshold, TrailingLogs: o.trailingLogs, SnapshotInterval: 20 * time.Millisecond,
 			Lead: func(p core.Proposer, key []byte) (*core.Broker, func() error, error) {
 				b, err := core.New(store, core.Options{Logger: quiet, Proposer: p, ReceiptKey: key})
 				if err != nil {
@@ -62,11 +71,15 @@ func startGroup(t *testing.T, n int) []*testNode {
 				}
 				return b, b.Close, nil
 			},
-		})
+		}
+		nd.c, err = cluster.Start(nd.cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
+			if nd.c == nil {
+				return
+			}
 			if err := nd.c.Close(); err != nil {
 				t.Errorf("%s: cluster Close: %v", nd.id, err)
 			}
@@ -242,5 +255,106 @@ func TestMinorityNeverCommits(t *testing.T) {
 	}
 	if after != before {
 		t.Error("the minority leader's applied state changed without a majority")
+	}
+}
+
+// stop shuts a member down, keeping its store, as a node that died.
+func (nd *testNode) stop(t *testing.T, all []*testNode) {
+	t.Helper()
+	isolate(nd, all)
+	if err := nd.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	nd.c = nil
+}
+
+// restart starts a stopped member again on its store, on a new transport
+// at its address.
+func (nd *testNode) restart(t *testing.T, all []*testNode) {
+	t.Helper()
+	_, nd.trans = raft.NewInmemTransport(nd.trans.LocalAddr())
+	nd.cfg.Transport = nd.trans
+	heal(all)
+	c, err := cluster.Start(nd.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nd.c = c
+}
+
+// A member that was down while the leader's log was truncated behind a
+// snapshot catches up from the snapshot, with sends going on, and ends
+// with the others' state.
+func TestDownFollowerCatchesUpFromSnapshot(t *testing.T) {
+	nodes := startGroupWith(t, 3, groupOptions{snapshotThreshold: 32, trailingLogs: 8})
+	leader := leaderAmong(t, nodes...)
+	ctx := t.Context()
+	if _, _, err := leader.c.Broker().PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var down *testNode
+	for _, nd := range nodes {
+		if nd != leader {
+			down = nd
+			break
+		}
+	}
+	waitConverged(t, nodes)
+	downLast, err := down.store.RaftStore(1).LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.stop(t, nodes)
+	acked := 0
+	for i := range 300 {
+		if err := send(ctx, leader.c.Broker(), fmt.Sprint("while-down-", i)); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
+	// Wait for a snapshot that truncated the log past what the down node has.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		first, err := leader.store.RaftStore(1).FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first > downLast+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's log still starts at %d (the down node has up to %d): no snapshot truncated it", first, downLast)
+		}
+		if err := send(ctx, leader.c.Broker(), "nudge"); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
+	// Under load: sends go on while it catches up.
+	done := make(chan int)
+	go func() {
+		n := 0
+		for i := range 100 {
+			if send(ctx, leader.c.Broker(), fmt.Sprint("during-", i)) == nil {
+				n++
+			}
+		}
+		done <- n
+	}()
+	down.restart(t, nodes)
+	acked += <-done
+	waitConverged(t, nodes)
+	// The entry after the last it had reached it inside the snapshot, not
+	// as a log entry: the leader no longer had it.
+	var l raft.Log
+	if err := down.store.RaftStore(1).GetLog(downLast+1, &l); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Errorf("the restarted node holds log entry %d (err %v): it did not catch up from the snapshot", downLast+1, err)
+	}
+	info, err := leader.c.Broker().GetTopic("t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Messages != int64(acked) {
+		t.Errorf("topic holds %d messages, want the %d acknowledged", info.Messages, acked)
 	}
 }
