@@ -297,15 +297,17 @@ func checkNemesis(h *nemHistory) (nemStats, []string) {
 	// While two of three nodes are down nothing can be committed: no send
 	// that starts then is acknowledged before a node is back, and each
 	// answers 503 no_leader or not at all.
-	var outage201, outageOther []string
+	var outage201, outageOther, outageEmpty []string
 	for _, f := range h.faults {
 		if f.kind != nemKillTwo {
 			continue
 		}
+		tried := 0
 		for _, a := range h.attempts {
 			if a.start.Before(f.at) || !a.end.Before(f.end) {
 				continue
 			}
+			tried++
 			switch {
 			case a.status >= 200 && a.status < 300:
 				outage201 = append(outage201, fmt.Sprintf("%d via %s at %s, %v into the outage of %v", a.status, a.node, a.end.Format("15:04:05.000"), a.end.Sub(f.at).Round(time.Millisecond), f.nodes))
@@ -314,7 +316,11 @@ func checkNemesis(h *nemHistory) (nemStats, []string) {
 				outageOther = append(outageOther, fmt.Sprintf("%d %q (Retry-After %q) via %s at %s", a.status, a.code, a.retryAfter, a.node, a.end.Format("15:04:05.000")))
 			}
 		}
+		if tried == 0 { // else the checks above held over nothing
+			outageEmpty = append(outageEmpty, fmt.Sprintf("%v down from %s to %s", f.nodes, f.at.Format("15:04:05.000"), f.end.Format("15:04:05.000")))
+		}
 	}
+	report("majority outage with no send answered in it", outageEmpty)
 	report("send acknowledged while a majority was down", outage201)
 	report("send during a majority outage answered other than 503 no_leader with Retry-After, or nothing", outageOther)
 	return st, problems
@@ -476,6 +482,7 @@ func TestNemesisCheckCatchesViolations(t *testing.T) {
 		}, "acknowledged while a majority was down"},
 		{"500 during the majority outage", func(h *nemHistory) { h.attempts[3].status = 500 }, "other than 503 no_leader"},
 		{"no_leader without Retry-After", func(h *nemHistory) { h.attempts[3].retryAfter = "" }, "other than 503 no_leader"},
+		{"no send during the majority outage", func(h *nemHistory) { h.attempts = h.attempts[:3] }, "majority outage with no send"},
 		{"unknown body", func(h *nemHistory) { h.deliveries[1].body = "garbage" }, "no producer sent"},
 		{"one id, two bodies", func(h *nemHistory) { h.deliveries[5].body = "a0" }, "one message id at two places"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -258,7 +259,13 @@ func (c *nemCluster) leader(ctx context.Context) *nemNode {
 			var cl struct {
 				Groups []struct{ ID, Leader string }
 			}
-			if _, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil); err != nil {
+			status, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil)
+			if status == http.StatusNotFound {
+				if l := c.leaderFromLogs(); l != nil {
+					return l
+				}
+			}
+			if err != nil {
 				last = err.Error()
 				continue
 			}
@@ -283,6 +290,31 @@ func (c *nemCluster) leader(ctx context.Context) *nemNode {
 	}
 	c.t.Fatalf("no leader found in 20 s: %s", last)
 	return nil
+}
+
+// leaderFromLogs is, for a build that does not serve GET /v1/cluster, the
+// running node whose log announced leadership in the highest term.
+func (c *nemCluster) leaderFromLogs() *nemNode {
+	var best *nemNode
+	bestTerm := -1
+	for _, nd := range c.nodes {
+		if !c.running(nd) {
+			continue
+		}
+		for line := range strings.Lines(nd.proc.log.String()) {
+			if !strings.Contains(line, `msg="leading the group"`) {
+				continue
+			}
+			for field := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(field, "term="); ok {
+					if term, err := strconv.Atoi(v); err == nil && term > bestTerm {
+						best, bestTerm = nd, term
+					}
+				}
+			}
+		}
+	}
+	return best
 }
 
 func (c *nemCluster) kill(nd *nemNode) {
@@ -475,6 +507,44 @@ func (r *nemRecorder) acknowledgedAfter(from time.Time, dead []string) bool {
 		}
 	}
 	return false
+}
+
+// answersDuring sums up, for the log, how the sends that started during f
+// were answered: before it was over, or after; per answer, how many and
+// the longest wait.
+func (r *nemRecorder) answersDuring(f nemFault) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	type tally struct {
+		n       int
+		longest time.Duration
+	}
+	during, after := map[string]tally{}, map[string]tally{}
+	for _, a := range r.h.attempts {
+		if a.start.Before(f.at) || !a.start.Before(f.end) {
+			continue
+		}
+		k := strconv.Itoa(a.status)
+		switch {
+		case a.status == 0:
+			k = "no answer"
+		case a.code != "":
+			k += " " + a.code
+		}
+		m := after
+		if a.end.Before(f.end) {
+			m = during
+		}
+		m[k] = tally{m[k].n + 1, max(m[k].longest, a.end.Sub(a.start))}
+	}
+	sum := func(m map[string]tally) string {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			parts = append(parts, fmt.Sprintf("%s ×%d (≤%v)", k, m[k].n, m[k].longest.Round(10*time.Millisecond)))
+		}
+		return strings.Join(parts, ", ")
+	}
+	return fmt.Sprintf("; sends begun during it answered during it [%s], after it [%s]", sum(during), sum(after))
 }
 
 // history is the record; call it once every client has stopped.
@@ -778,7 +848,7 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 	progress("before the first fault", 0)
 	for i, step := range steps {
 		since := rec.ackedCount()
-		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second))))
+		time.Sleep(time.Second + time.Duration(rng.Int64N(int64(1500*time.Millisecond))))
 		progress(fmt.Sprintf("before fault %d (%s)", i+1, step), since)
 		f := nemFault{kind: step}
 		switch step {
@@ -821,7 +891,9 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 			f.nodes = []string{fl.id}
 			f.at = time.Now()
 			c.kill(fl)
-			progress(fmt.Sprintf("fault %d: follower %s down", i+1, fl.id), rec.ackedCount())
+			since := rec.ackedCount()
+			time.Sleep(1500 * time.Millisecond)
+			progress(fmt.Sprintf("fault %d: follower %s down", i+1, fl.id), since)
 			f.end = time.Now()
 			c.restart(fl)
 		case nemKillTwo:
@@ -837,9 +909,10 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 			c.kill(l)
 			c.kill(fl)
 			f.at = time.Now()
-			// Longer than a request waits for a leader, so that the
-			// outage's sends get their 503.
-			time.Sleep(6500 * time.Millisecond)
+			// Twice the 5 s a request waits for a leader, and more: a
+			// request begun at the outage gets its 503, and the retry
+			// begun after it gets its own before the outage ends.
+			time.Sleep(11 * time.Second)
 			f.end = time.Now()
 			c.restart(l)
 			c.restart(fl)
@@ -847,8 +920,8 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 			t.Fatalf("unknown fault %q", step)
 		}
 		rec.fault(f)
-		t.Logf("fault %d: %s %v at %s (+%v), over at %s (%v)", i+1, f.kind, f.nodes, clock(f.at),
-			f.at.Sub(runStart).Round(time.Millisecond), clock(f.end), f.end.Sub(f.at).Round(time.Millisecond))
+		t.Logf("fault %d: %s %v at %s (+%v), over at %s (%v)%s", i+1, f.kind, f.nodes, clock(f.at),
+			f.at.Sub(runStart).Round(time.Millisecond), clock(f.end), f.end.Sub(f.at).Round(time.Millisecond), rec.answersDuring(f))
 	}
 	since := rec.ackedCount()
 	time.Sleep(time.Second)
