@@ -341,15 +341,15 @@ func (h *nemHistory) faultBetween(from, to time.Time) string {
 	return " (after " + strings.Join(fs, ", ") + ")"
 }
 
-// failoverTimes is, for each leader SIGKILL, the time from the kill to the
-// first 201 of a send that started after it through a live node (another
-// one, or the killed one once restarted); a kill with no such 201 is a
-// problem.
-func failoverTimes(h *nemHistory) ([]time.Duration, []string) {
+// failoverTimes is, for each fault of the kind (nemKillLeader: the
+// failover), the time from it to the first 201 of a send that started
+// after it through a live node (another one, or the one hit once it is
+// back); a fault with no such 201 is a problem.
+func failoverTimes(h *nemHistory, kind string) ([]time.Duration, []string) {
 	var ds []time.Duration
 	var problems []string
 	for _, f := range h.faults {
-		if f.kind != nemKillLeader {
+		if f.kind != kind {
 			continue
 		}
 		var best time.Time
@@ -364,7 +364,7 @@ func failoverTimes(h *nemHistory) ([]time.Duration, []string) {
 			}
 		}
 		if best.IsZero() {
-			problems = append(problems, fmt.Sprintf("no send acknowledged through a live node after the leader %v was killed at %s", f.nodes, f.at.Format("15:04:05.000")))
+			problems = append(problems, fmt.Sprintf("no send acknowledged through a live node after %s %v at %s", f.kind, f.nodes, f.at.Format("15:04:05.000")))
 			continue
 		}
 		ds = append(ds, best.Sub(f.at))
@@ -437,7 +437,7 @@ func TestNemesisCheckCatchesViolations(t *testing.T) {
 		st.resends != 1 || st.status503 != 1 || st.noAnswer != 2 || st.faults != 2 {
 		t.Errorf("clean record: %v", st)
 	}
-	ds, problems := failoverTimes(clean())
+	ds, problems := failoverTimes(clean(), nemKillLeader)
 	if len(problems) > 0 || !slices.Equal(ds, []time.Duration{900 * time.Millisecond}) {
 		t.Errorf("failover of the clean record: %v, %q; want [900ms]", ds, problems)
 	}
@@ -497,7 +497,7 @@ func TestNemesisCheckCatchesViolations(t *testing.T) {
 	h := clean()
 	h.attempts = slices.DeleteFunc(h.attempts, func(a nemAttempt) bool { return a.node == "n2" })
 	h.attempts = append(h.attempts, nemAttempt{node: "n1", start: at(1100), end: at(1500), status: 201}) // the dead node's
-	if _, problems := failoverTimes(h); len(problems) != 1 || !strings.Contains(problems[0], "no send acknowledged") {
+	if _, problems := failoverTimes(h, nemKillLeader); len(problems) != 1 || !strings.Contains(problems[0], "no send acknowledged") {
 		t.Errorf("kill with no 201 after it through a live node: %q", problems)
 	}
 	if m, x := medianMax([]time.Duration{3, 1, 2, 5}); m != 3 || x != 5 {
