@@ -127,14 +127,17 @@ func localArgs(ns []localNode, i int, secret string) []string {
 		"--peers", strings.Join(peers, ","), "--cluster-secret", secret)
 }
 
-// loopbackAliases reports whether this machine answers on 127.0.0.2 as
-// Linux does (all of 127.0.0.0/8), which macOS, for one, does not.
-func loopbackAliases() bool {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
-	if err != nil {
-		return false
+// loopbackAliases reports whether this machine can listen on 127.0.0.2
+// to 127.0.0.n, as Linux can (all of 127.0.0.0/8), and macOS, for one,
+// cannot without aliases.
+func loopbackAliases(n int) bool {
+	for i := 2; i <= n; i++ {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.%d:0", i))
+		if err != nil {
+			return false
+		}
+		_ = ln.Close()
 	}
-	_ = ln.Close()
 	return true
 }
 
@@ -234,7 +237,7 @@ func runLocalCluster(ctx context.Context, cfg localClusterConfig, out io.Writer,
 			return err
 		}
 	}
-	ns := localLayout(cfg, cfg.nodes == 1 || loopbackAliases())
+	ns := localLayout(cfg, loopbackAliases(cfg.nodes))
 	var outMu sync.Mutex
 	type child struct {
 		node localNode

@@ -83,6 +83,14 @@ type nemHistory struct {
 	faults     []nemFault
 	subs       []string // the subscriptions, each of which gets every message
 	orderly    string   // the orderly one among them
+	queues     []nemQueue
+}
+
+// nemQueue is one entry of the topic's queueStats once drained: the
+// retained offsets [min, max).
+type nemQueue struct {
+	queue    int
+	min, max uint64
 }
 
 type nemStats struct {
@@ -219,6 +227,39 @@ func checkNemesis(h *nemHistory) (nemStats, []string) {
 	report("one message id at two places or with two bodies", inconsistent)
 	report("queue offset given to two messages", twoAtOne)
 	report("delayed message delivered before it was due", early)
+
+	// Gap-free: each subscription got every retained offset of every queue
+	// and none beyond (SPEC §1: offsets 0, 1, 2, …), whatever leader stored it.
+	var gaps []string
+	for _, s := range h.subs {
+		got := map[pos]bool{}
+		for _, d := range h.deliveries {
+			if d.sub == s {
+				got[pos{d.queue, d.offset}] = true
+			}
+		}
+		for _, q := range h.queues {
+			if q.min != 0 {
+				gaps = append(gaps, fmt.Sprintf("queue %d: minOffset %d, want 0 (nothing is past retention)", q.queue, q.min))
+			}
+			var missing []uint64
+			for o := q.min; o < q.max; o++ {
+				if !got[pos{q.queue, o}] {
+					missing = append(missing, o)
+				}
+			}
+			if len(missing) > 0 {
+				gaps = append(gaps, fmt.Sprintf("%s: queue %d: offsets %v of [%d, %d) never delivered", s, q.queue, missing[:min(10, len(missing))], q.min, q.max))
+			}
+		}
+		for p := range got {
+			i := slices.IndexFunc(h.queues, func(q nemQueue) bool { return q.queue == p.queue })
+			if h.queues != nil && (i < 0 || p.offset >= h.queues[i].max) {
+				gaps = append(gaps, fmt.Sprintf("%s: delivered queue %d offset %d, beyond the topic's queueStats", s, p.queue, p.offset))
+			}
+		}
+	}
+	report("offsets not gap-free", gaps)
 
 	// At least once: every 201 is delivered on every subscription, as the
 	// message the 201 named.
@@ -449,6 +490,7 @@ func TestNemesisCheckCatchesViolations(t *testing.T) {
 				nemDelivery{sub: sub, id: "D0", body: "d0", queue: 1, offset: 1, attempt: 1, at: at(1300)},
 			)
 		}
+		h.queues = []nemQueue{{0, 0, 2}, {1, 0, 2}}
 		// Redelivered after the kill: allowed, counted.
 		h.deliveries = append(h.deliveries, nemDelivery{sub: "ord", id: "A1", body: "a1", queue: 0, offset: 1, attempt: 2, at: at(3000)})
 		return h
@@ -511,6 +553,9 @@ func TestNemesisCheckCatchesViolations(t *testing.T) {
 			h.attempts = append(h.attempts, nemAttempt{node: "n3", start: at(20000), end: at(28000), status: 0, messages: 1})
 		}, "answered after more than 6.5s"},
 		{"unknown body", func(h *nemHistory) { h.deliveries[1].body = "garbage" }, "no producer sent"},
+		{"gap", func(h *nemHistory) { h.queues[1].max = 3 }, "ord: queue 1: offsets [2] of [0, 3) never delivered"},
+		{"beyond maxOffset", func(h *nemHistory) { h.queues[0].max = 1 }, "beyond the topic's queueStats"},
+		{"retention cut", func(h *nemHistory) { h.queues[0].min = 1 }, "minOffset 1"},
 		{"one id, two bodies", func(h *nemHistory) { h.deliveries[5].body = "a0" }, "one message id at two places"},
 	} {
 		h := clean()

@@ -463,8 +463,10 @@ func (r *nemRecorder) backlog() int {
 	return len(r.ackedID) - least
 }
 
-// undelivered says what the drain still waits for, "" when nothing.
-func (r *nemRecorder) undelivered() string {
+// undelivered says what the drain still waits for, "" when nothing: an
+// acknowledged message, or fewer offsets than the queues hold, not
+// delivered on a subscription.
+func (r *nemRecorder) undelivered(queues []nemQueue) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var why []string
@@ -478,8 +480,22 @@ func (r *nemRecorder) undelivered() string {
 		if missing > 0 {
 			why = append(why, fmt.Sprintf("%s: %d of %d acknowledged messages not delivered", s, missing, len(r.ackedID)))
 		}
+		var stored uint64
+		for _, q := range queues {
+			stored += q.max - q.min
+		}
+		if n := uint64(len(r.delivered[s])); n < stored {
+			why = append(why, fmt.Sprintf("%s: %d messages delivered of the %d the queues hold", s, n, stored))
+		}
 	}
 	return strings.Join(why, "; ")
+}
+
+// setQueues records the topic's queueStats once drained.
+func (r *nemRecorder) setQueues(qs []nemQueue) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.h.queues = qs
 }
 
 // ackedSince picks up to n acknowledged messages whose first 201 arrived
@@ -655,6 +671,46 @@ func (c *nemCluster) sendUntilAcked(ctx context.Context, rng *rand.Rand, rec *ne
 		case <-time.After(min(10*time.Millisecond<<min(attempt, 4), 100*time.Millisecond)):
 		}
 	}
+}
+
+// nemSubInfo is what the drain reads of GET …/subscriptions/{group}.
+type nemSubInfo struct{ Lag, Inflight, Retrying, DLQ int64 }
+
+// drainState reads the topic's queues and the subscriptions through a
+// random node and says what the drain still waits for ("" when nothing):
+// a message not delivered, or a subscription with lag or messages in
+// flight.
+func (c *nemCluster) drainState(ctx context.Context, rng *rand.Rand, topic string, subs []string, rec *nemRecorder) ([]nemQueue, map[string]nemSubInfo, string) {
+	nd := c.nodes[rng.IntN(len(c.nodes))]
+	var ti struct {
+		QueueStats []struct {
+			QueueID              int
+			MinOffset, MaxOffset uint64
+		}
+	}
+	if _, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/topics/"+topic, nil, &ti, nil); err != nil {
+		return nil, nil, err.Error()
+	}
+	var qs []nemQueue
+	for _, q := range ti.QueueStats {
+		qs = append(qs, nemQueue{q.QueueID, q.MinOffset, q.MaxOffset})
+	}
+	infos := map[string]nemSubInfo{}
+	var why []string
+	if w := rec.undelivered(qs); w != "" {
+		why = append(why, w)
+	}
+	for _, s := range subs {
+		var si nemSubInfo
+		if _, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/topics/"+topic+"/subscriptions/"+s, nil, &si, nil); err != nil {
+			return nil, nil, err.Error()
+		}
+		infos[s] = si
+		if si.Lag != 0 || si.Inflight != 0 {
+			why = append(why, fmt.Sprintf("%s: lag %d, inflight %d", s, si.Lag, si.Inflight))
+		}
+	}
+	return qs, infos, strings.Join(why, "; ")
 }
 
 // setup retries one idempotent admin request through random nodes until
@@ -951,17 +1007,30 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 
 	// Drain: every acknowledged message on every subscription (delayed ones
 	// come due within 3 s).
+	var (
+		queues []nemQueue
+		infos  map[string]nemSubInfo
+		why    string
+	)
 	drainStart := time.Now()
-	why := rec.undelivered()
-	for why != "" && time.Since(drainStart) < 30*time.Second && ctx.Err() == nil {
+	for {
+		queues, infos, why = c.drainState(ctx, rng, topic, subs, rec)
+		if why == "" || time.Since(drainStart) > 30*time.Second || ctx.Err() != nil {
+			break
+		}
 		time.Sleep(100 * time.Millisecond)
-		why = rec.undelivered()
 	}
 	drained := time.Since(drainStart)
 	stopConsumers()
 	consWG.Wait()
 	if why != "" {
 		t.Errorf("not drained after 30 s: %s", why)
+	}
+	rec.setQueues(queues)
+	for s, si := range infos {
+		if si.DLQ != 0 || si.Retrying != 0 {
+			t.Errorf("%s after the drain: dlq %d, retrying %d; want 0 (maxRetries 32)", s, si.DLQ, si.Retrying)
+		}
 	}
 
 	// Every send has ended by now: what each fault did to them.
