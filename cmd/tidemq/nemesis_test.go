@@ -243,8 +243,9 @@ func (c *nemCluster) running(nd *nemNode) bool {
 	}
 }
 
-// leader is the node that leads the most groups, as GET /v1/cluster on a
-// running node says; it waits (bounded) for the cluster to have one.
+// leader is the node that leads the most groups, once every running node's
+// GET /v1/cluster names the same running leader for each group (a node
+// just resumed may still believe it leads); it waits, bounded.
 func (c *nemCluster) leader(ctx context.Context) *nemNode {
 	c.t.Helper()
 	if len(c.nodes) == 1 {
@@ -253,44 +254,66 @@ func (c *nemCluster) leader(ctx context.Context) *nemNode {
 	deadline := time.Now().Add(20 * time.Second)
 	var last string
 	for ctx.Err() == nil && time.Now().Before(deadline) {
-		for _, nd := range c.nodes {
-			if !c.running(nd) {
-				continue
-			}
-			var cl struct {
-				Groups []struct{ ID, Leader string }
-			}
-			status, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil)
-			if status == http.StatusNotFound {
-				if l := c.leaderFromLogs(); l != nil {
-					return l
-				}
-			}
-			if err != nil {
-				last = err.Error()
-				continue
-			}
-			led := map[string]int{}
-			for _, g := range cl.Groups {
-				if g.Leader != "" {
-					led[g.Leader]++
-				}
-			}
-			var best *nemNode
-			for id, k := range led {
-				if l := c.node(id); l != nil && c.running(l) && (best == nil || k > led[best.id]) {
-					best = l
-				}
-			}
-			if best != nil {
-				return best
-			}
-			last = fmt.Sprintf("%s: no running leader in %+v", nd.id, cl.Groups)
+		l, why := c.agreedLeader(ctx)
+		if l != nil {
+			return l
 		}
+		last = why
 		time.Sleep(50 * time.Millisecond)
 	}
-	c.t.Fatalf("no leader found in 20 s: %s", last)
+	c.t.Fatalf("no leader agreed on in 20 s: %s", last)
 	return nil
+}
+
+// agreedLeader is one round of leader: the leader, or why there is none.
+func (c *nemCluster) agreedLeader(ctx context.Context) (*nemNode, string) {
+	var agreed map[string]string // group → leader
+	for _, nd := range c.nodes {
+		if !c.running(nd) {
+			continue
+		}
+		var cl struct {
+			Groups []struct{ ID, Leader string }
+		}
+		status, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil)
+		if status == http.StatusNotFound {
+			if l := c.leaderFromLogs(); l != nil {
+				return l, ""
+			}
+		}
+		if err != nil {
+			return nil, err.Error()
+		}
+		view := map[string]string{}
+		for _, g := range cl.Groups {
+			if l := c.node(g.Leader); l == nil || !c.running(l) {
+				return nil, fmt.Sprintf("%s: group %s has no running leader (%q)", nd.id, g.ID, g.Leader)
+			}
+			view[g.ID] = g.Leader
+		}
+		if len(view) == 0 {
+			return nil, nd.id + ": no groups"
+		}
+		if agreed == nil {
+			agreed = view
+		} else if !maps.Equal(agreed, view) {
+			return nil, fmt.Sprintf("nodes disagree on the leaders: %v and %s's %v", agreed, nd.id, view)
+		}
+	}
+	led := map[string]int{}
+	for _, l := range agreed {
+		led[l]++
+	}
+	var best string
+	for _, id := range slices.Sorted(maps.Keys(led)) {
+		if best == "" || led[id] > led[best] {
+			best = id
+		}
+	}
+	if best == "" {
+		return nil, "no node running"
+	}
+	return c.node(best), ""
 }
 
 // leaderFromLogs is, for a build that does not serve GET /v1/cluster, the
