@@ -36,7 +36,8 @@ import (
 //
 // TIDEMQ_NEMESIS_KILLS sets the number of leader kills (default 3; `task
 // cluster:nemesis` runs 20, with a pause, a follower kill or a majority
-// outage after most of them). TIDEMQ_NEMESIS=off skips it.
+// outage after most of them), TIDEMQ_NEMESIS_PAUSE how long a leader stays
+// under SIGSTOP (default 3s). TIDEMQ_NEMESIS=off skips it.
 func TestClusterNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the nemesis runs for a minute or more")
@@ -48,6 +49,14 @@ func TestClusterNemesis(t *testing.T) {
 		t.Skip("tidemq has no --node-id flag: no cluster to test")
 	}
 	kills := nemesisKills(t)
+	pause := 3 * time.Second
+	if v := os.Getenv("TIDEMQ_NEMESIS_PAUSE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 100*time.Millisecond || d > time.Minute {
+			t.Fatalf("TIDEMQ_NEMESIS_PAUSE=%q: want a duration from 100ms to 1m", v)
+		}
+		pause = d
+	}
 	var steps []string
 	for i := range kills {
 		steps = append(steps, nemKillLeader)
@@ -63,7 +72,7 @@ func TestClusterNemesis(t *testing.T) {
 	if !slices.Contains(steps, nemKillTwo) { // one majority outage in every run
 		steps = append(steps, nemKillFollower, nemKillTwo)
 	}
-	runNemesis(t, 3, steps, 5*time.Second)
+	runNemesis(t, 3, steps, pause, 5*time.Second)
 }
 
 // TestNemesisHarnessSingleNode runs the nemesis harness on one node started
@@ -74,7 +83,7 @@ func TestNemesisHarnessSingleNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real broker processes for ~10 s")
 	}
-	runNemesis(t, 1, []string{nemKillLeader, nemKillLeader}, 0)
+	runNemesis(t, 1, []string{nemKillLeader, nemKillLeader}, 0, 0)
 }
 
 // nemesisKills reads TIDEMQ_NEMESIS_KILLS (default 3).
@@ -755,9 +764,10 @@ func (c *nemCluster) setup(ctx context.Context, rng *rand.Rand, method, path str
 }
 
 // runNemesis starts n nodes, runs the clients, applies steps (fault kinds
-// of nemFault) one after the other, drains and checks; maxFailover, if not
-// zero, bounds every leader kill's failover.
-func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) {
+// of nemFault) one after the other, drains and checks; a leader pause
+// lasts pause; maxFailover, if not zero, bounds every leader kill's
+// failover.
+func runNemesis(t *testing.T, n int, steps []string, pause, maxFailover time.Duration) {
 	const (
 		producers  = 4
 		probes     = 2 // producers of single sends, paced, never held back
@@ -767,7 +777,7 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 		maxBacklog = 2000
 	)
 	subs := []string{"plain", "ord"}
-	budget := 60*time.Second + time.Duration(len(steps))*15*time.Second
+	budget := 60*time.Second + time.Duration(len(steps))*(15*time.Second+pause)
 	ctx, cancel := context.WithTimeout(t.Context(), budget)
 	defer cancel()
 	c := newNemCluster(t, n)
@@ -972,7 +982,7 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 			f.nodes = []string{l.id}
 			f.at = time.Now()
 			c.signal(l, syscall.SIGSTOP)
-			time.Sleep(3 * time.Second)
+			time.Sleep(pause)
 			f.end = time.Now()
 			c.signal(l, syscall.SIGCONT)
 		case nemKillFollower:
@@ -1084,7 +1094,7 @@ func runNemesis(t *testing.T, n int, steps []string, maxFailover time.Duration) 
 		n, time.Since(runStart).Round(time.Second), st, ackFailed.Load(), ackErrors.Load(), pullErrors.Load(), drained.Round(time.Millisecond))
 	pausedNote := ""
 	if len(paused) > 0 {
-		pausedNote = fmt.Sprintf("; first 201 after each 3 s leader pause: [%s]", round(paused))
+		pausedNote = fmt.Sprintf("; first 201 after each %v leader pause: [%s]", pause, round(paused))
 	}
 	t.Logf("failover after each leader kill: [%s]; median %v, max %v%s",
 		round(ds), med.Round(time.Millisecond), worst.Round(time.Millisecond), pausedNote)
