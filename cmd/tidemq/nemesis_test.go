@@ -284,13 +284,7 @@ func (c *nemCluster) agreedLeader(ctx context.Context) (*nemNode, string) {
 		var cl struct {
 			Groups []struct{ ID, Leader string }
 		}
-		status, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil)
-		if status == http.StatusNotFound {
-			if l := c.leaderFromLogs(); l != nil {
-				return l, ""
-			}
-		}
-		if err != nil {
+		if _, _, err := nemCall(ctx, c.hc, "GET", nd.base+"/v1/cluster", nil, &cl, nil); err != nil {
 			return nil, err.Error()
 		}
 		view := map[string]string{}
@@ -323,31 +317,6 @@ func (c *nemCluster) agreedLeader(ctx context.Context) (*nemNode, string) {
 		return nil, "no node running"
 	}
 	return c.node(best), ""
-}
-
-// leaderFromLogs is, for a build that does not serve GET /v1/cluster, the
-// running node whose log announced leadership in the highest term.
-func (c *nemCluster) leaderFromLogs() *nemNode {
-	var best *nemNode
-	bestTerm := -1
-	for _, nd := range c.nodes {
-		if !c.running(nd) {
-			continue
-		}
-		for line := range strings.Lines(nd.proc.log.String()) {
-			if !strings.Contains(line, `msg="leading the group"`) {
-				continue
-			}
-			for field := range strings.FieldsSeq(line) {
-				if v, ok := strings.CutPrefix(field, "term="); ok {
-					if term, err := strconv.Atoi(v); err == nil && term > bestTerm {
-						best, bestTerm = nd, term
-					}
-				}
-			}
-		}
-	}
-	return best
 }
 
 func (c *nemCluster) kill(nd *nemNode) {
