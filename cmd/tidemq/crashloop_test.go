@@ -341,12 +341,23 @@ func crashKills(t *testing.T) int {
 // test server in between, whose /readyz would pass for this broker's.
 func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process {
 	t.Helper()
-	bin := tidemqBinary(t)
-	p := &process{log: &syncBuffer{}, done: make(chan struct{})}
+	base := ""
 	if !strings.HasSuffix(addr, ":0") {
-		p.base = "http://" + addr
+		base = "http://" + addr
 	}
-	p.cmd = exec.Command(bin, append([]string{"--addr", addr, "--data", dataDir}, args...)...)
+	p := spawnTidemq(t, base, append([]string{"--addr", addr, "--data", dataDir}, args...)...)
+	waitReady(t, p, addr, 20*time.Second)
+	return p
+}
+
+// spawnTidemq starts the binary with args, to be killed (if still running)
+// when the test ends; base is where it will serve, "" if not known yet.
+// It does not wait for the broker.
+func spawnTidemq(t *testing.T, base string, args ...string) *process {
+	t.Helper()
+	bin := tidemqBinary(t)
+	p := &process{base: base, log: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
 	for _, kv := range os.Environ() { // the flags say it all (and TIDEMQ_CRASH_KILLS is ours)
 		if !strings.HasPrefix(kv, "TIDEMQ_") {
 			p.cmd.Env = append(p.cmd.Env, kv)
@@ -371,9 +382,16 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 			t.Logf("tidemq log (pid %d, %s):\n%s", p.cmd.Process.Pid, p.base, truncateLog(p.log.String()))
 		}
 	})
+	return p
+}
+
+// waitReady waits until p answers /readyz (p.base from its listening line
+// when it was started on port 0).
+func waitReady(t *testing.T, p *process, addr string, timeout time.Duration) {
+	t.Helper()
 	hc := &http.Client{Timeout: 2 * time.Second}
 	defer hc.CloseIdleConnections()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for wait := time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		select {
 		case <-p.done:
@@ -390,12 +408,12 @@ func startTidemqAt(t *testing.T, addr, dataDir string, args ...string) *process 
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					return p
+					return
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("tidemq not ready on %s (%q) after 20 s: %v", addr, p.base, err)
+			t.Fatalf("tidemq not ready on %s (%q) after %v: %v", addr, p.base, timeout, err)
 		}
 		time.Sleep(wait)
 	}

@@ -28,6 +28,7 @@ type config struct {
 const usage = `Usage:
   tidemq [flags]          run the broker
   tidemq token [flags]    mint a client token (tidemq token -h)
+  tidemq local-cluster    run a cluster of 3 nodes on this machine (tidemq local-cluster -h)
 
 Flags:
 `
@@ -85,7 +86,7 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	// flag stops at the first argument that is not a flag: everything after
 	// it would be dropped without a word.
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q: tidemq takes only flags (the one subcommand is token, first); see tidemq --help", fs.Arg(0))
+		return c, fmt.Errorf("unexpected argument %q: tidemq takes only flags (the subcommands are token and local-cluster, first); see tidemq --help", fs.Arg(0))
 	}
 	return c, c.node.Check()
 }
@@ -93,6 +94,9 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "token" {
 		os.Exit(tokenCommand(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "local-cluster" {
+		os.Exit(localClusterCommand(os.Args[2:], os.Stdout, os.Stderr))
 	}
 	cfg, err := parseConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
