@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemq/tidemq/gateway"
@@ -90,7 +91,7 @@ func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http
 			gateway.WriteNoLeader(w, r)
 			return
 		}
-		if addr := c.leaderHTTP(ctx); addr != "" {
+		if addr, leader := c.leaderHTTP(ctx); addr != "" {
 			if !buffered && r.Body != nil && r.Body != http.NoBody {
 				b, err := io.ReadAll(io.LimitReader(r.Body, maxBufferedBody+1))
 				if err != nil {
@@ -100,12 +101,12 @@ func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http
 				if len(b) > maxBufferedBody {
 					// Too large to keep: forwarded once, whatever comes of it.
 					r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body))
-					c.forward(w, r, client, addr, nil, false)
+					c.forward(w, r, client, addr, leader, nil, false)
 					return
 				}
 				body, buffered = b, true
 			}
-			if c.forward(w, r, client, addr, body, buffered) {
+			if c.forward(w, r, client, addr, leader, body, buffered) {
 				return
 			}
 		}
@@ -121,23 +122,56 @@ func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http
 	}
 }
 
-// leaderHTTP is the HTTP address of the group's leader when it is another
-// node, "" when there is none or this node leads (and is getting ready).
-func (c *Cluster) leaderHTTP(ctx context.Context) string {
-	addr, id := c.raft.LeaderWithID()
-	if id == "" || string(id) == c.cfg.NodeID {
-		return ""
+// leaderHTTP is the HTTP address and id of the group's leader when it is
+// another node, "" when there is none or this node leads (and is getting
+// ready).
+func (c *Cluster) leaderHTTP(ctx context.Context) (addr, id string) {
+	raddr, rid := c.raft.LeaderWithID()
+	if rid == "" || string(rid) == c.cfg.NodeID {
+		return "", ""
 	}
-	if ni, ok := c.cachedInfo(string(addr)); ok && ni.ID == string(id) && ni.HTTPAddr != "" {
-		return ni.HTTPAddr
+	if ni, ok := c.cachedInfo(string(raddr)); ok && ni.ID == string(rid) && ni.HTTPAddr != "" {
+		return ni.HTTPAddr, ni.ID
 	}
 	ictx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	ni, err := c.infoOf(ictx, string(addr))
-	if err != nil || ni.ID != string(id) {
-		return ""
+	ni, err := c.infoOf(ictx, string(raddr))
+	if err != nil || ni.ID != string(rid) {
+		return "", ""
 	}
-	return ni.HTTPAddr
+	return ni.HTTPAddr, ni.ID
+}
+
+// errLeaderChanged ends a forwarded request whose leader was replaced
+// while it waited: a paused or cut-off old leader would hold it as long
+// as it is gone, and cannot commit it anyway.
+var errLeaderChanged = errors.New("cluster: the leader changed while the request was forwarded to it")
+
+// abandonOnNewLeader cancels ctx once another node than leader is known
+// to lead; stop ends the watch.
+func (c *Cluster) abandonOnNewLeader(ctx context.Context, leader string) (_ context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	go func() {
+		for {
+			ch := c.changes()
+			if _, id := c.raft.LeaderWithID(); id != "" && string(id) != leader {
+				cancel(errLeaderChanged)
+				return
+			}
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-ch:
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(nil)
+	}
 }
 
 // hopHeaders are the connection's own, not the request's (RFC 9110 §7.6.1).
@@ -148,10 +182,12 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 // reports false, having written nothing, when the leader could not have
 // acted on it (it was not reached, or answered that it does not lead) and
 // the body can be sent again.
-func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr string, body []byte, retry bool) bool {
-	var wrote bool
-	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote = true }}
-	ctx := httptrace.WithClientTrace(r.Context(), trace)
+func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr, leader string, body []byte, retry bool) bool {
+	var wrote atomic.Bool
+	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }}
+	ctx, stop := c.abandonOnNewLeader(r.Context(), leader)
+	defer stop()
+	ctx = httptrace.WithClientTrace(ctx, trace)
 	var rb io.Reader = http.NoBody
 	switch {
 	case retry && body != nil:
@@ -185,8 +221,13 @@ func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.C
 		if r.Context().Err() != nil {
 			return true // the caller went away
 		}
-		if retry && !wrote {
+		if retry && !wrote.Load() {
 			return false
+		}
+		if errors.Is(context.Cause(ctx), errLeaderChanged) {
+			c.log.Info("forwarded request abandoned: its leader was replaced; its outcome is unknown", "leader", leader, "path", r.URL.Path)
+			gateway.WriteNoLeader(w, r)
+			return true
 		}
 		c.log.Warn("forwarded request failed after it was sent; its outcome is unknown", "leader", addr, "path", r.URL.Path, "err", err)
 		gateway.WriteNoLeader(w, r)

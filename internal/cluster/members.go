@@ -177,7 +177,7 @@ func (c *Cluster) removeSelf(ctx context.Context, id string) (gateway.ClusterGro
 	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
 	for {
-		if addr := c.leaderHTTP(wctx); addr != "" {
+		if addr, _ := c.leaderHTTP(wctx); addr != "" {
 			g, err := c.removeAt(wctx, addr, id)
 			if !errors.Is(err, errNotReady) {
 				return g, err
