@@ -193,7 +193,10 @@ func newNemCluster(t *testing.T, n int) *nemCluster {
 		if n > 1 {
 			nd.args = append(nd.args, "--node-id", nd.id,
 				"--cluster-addr", fmt.Sprintf("%s:%d", ip, clusterPort),
-				"--peers", strings.Join(peers, ","), "--cluster-secret", secret)
+				"--peers", strings.Join(peers, ","), "--cluster-secret", secret,
+				// Snapshots and log truncation every few hundred entries, so
+				// a node killed and restarted may have to catch up from one.
+				"--raft-snapshot-threshold", "256", "--raft-trailing-logs", "64", "--raft-snapshot-interval", "500ms")
 		}
 		c.nodes = append(c.nodes, nd)
 	}

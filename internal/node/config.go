@@ -62,6 +62,7 @@ type Config struct {
 	RaftHeartbeat         time.Duration
 	RaftSnapshotThreshold uint64
 	RaftTrailingLogs      uint64
+	RaftSnapshotInterval  time.Duration
 
 	// Getenv reads the OTEL_* variables of the telemetry (exporter
 	// endpoint, protocol, sampler, batching, service name); nil is
@@ -136,12 +137,14 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	str("TIDEMQ_CLUSTER_TLS_CERT", &c.ClusterTLSCert)
 	str("TIDEMQ_CLUSTER_TLS_KEY", &c.ClusterTLSKey)
 	str("TIDEMQ_CLUSTER_TLS_CA", &c.ClusterTLSCA)
-	if v := getenv("TIDEMQ_RAFT_HEARTBEAT"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("TIDEMQ_RAFT_HEARTBEAT: %w", err))
+	for name, dst := range map[string]*time.Duration{"TIDEMQ_RAFT_HEARTBEAT": &c.RaftHeartbeat, "TIDEMQ_RAFT_SNAPSHOT_INTERVAL": &c.RaftSnapshotInterval} {
+		if v := getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+			*dst = d
 		}
-		c.RaftHeartbeat = d
 	}
 	for name, dst := range map[string]*uint64{"TIDEMQ_RAFT_SNAPSHOT_THRESHOLD": &c.RaftSnapshotThreshold, "TIDEMQ_RAFT_TRAILING_LOGS": &c.RaftTrailingLogs} {
 		if v := getenv(name); v != "" {

@@ -192,7 +192,7 @@ func (n *Node) startCluster(cfg Config, httpAddr string, opts core.Options) (*cl
 		NodeID: cfg.NodeID, ClusterAddr: cfg.ClusterAddr, ClusterAdvertise: cfg.ClusterAdvertise,
 		HTTPAdvertise: httpAddr, Peers: peers, Security: cfg.clusterSecurity(), Dir: cfg.Data,
 		Store: n.store, Logger: n.log, HeartbeatTimeout: cfg.RaftHeartbeat, MeterProvider: n.tel.meterProvider,
-		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs,
+		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, SnapshotInterval: cfg.RaftSnapshotInterval,
 		Lead: func(p core.Proposer, receiptKey []byte) (*core.Broker, func() error, error) {
 			o := opts
 			o.Proposer, o.ReceiptKey = p, receiptKey
