@@ -212,6 +212,9 @@ func parseFlags(args []string) (config, error) {
 		if c.inprocess || c.url != "" || c.brokerProcess {
 			errs = append(errs, errors.New("-suite cluster starts its own broker processes: no -url, -inprocess or -broker-process"))
 		}
+		if c.phases != "" {
+			errs = append(errs, errors.New("-phases goes with -suite targets: the cluster suite runs all its phases"))
+		}
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
 		}

@@ -66,9 +66,24 @@ func TestClusterSuite(t *testing.T) {
 			continue
 		}
 		br := p.Brokers
-		if p.MsgsPerSec <= 0 || len(p.Errors) > 0 || br == nil || p.Report == nil {
-			t.Errorf("%s: %g msg/s, errors %v, brokers %+v", name, p.MsgsPerSec, p.Errors, br)
+		if p.MsgsPerSec <= 0 || br == nil || p.Report == nil {
+			t.Errorf("%s: %g msg/s, brokers %+v", name, p.MsgsPerSec, br)
 			continue
+		}
+		// A cluster starved of CPU may time out a raft apply and answer
+		// no_leader while it rebuilds its broker; nothing else may fail.
+		var failed int64
+		for code, n := range p.Errors { // "no_leader", or "pull no_leader" in a pull phase
+			if _, c, _ := strings.Cut(code, " "); c != "" {
+				code = c
+			}
+			if code != "no_leader" || !strings.HasPrefix(name, clusterPrefix) {
+				t.Errorf("%s: errors %v", name, p.Errors)
+			}
+			failed += n
+		}
+		if failed > 0 {
+			t.Logf("%s: errors %v (the machine is busy)", name, p.Errors)
 		}
 		cluster := strings.HasPrefix(name, clusterPrefix)
 		nodes := 1
@@ -105,8 +120,12 @@ func TestClusterSuite(t *testing.T) {
 			}
 		}
 		if !strings.HasPrefix(strings.TrimPrefix(name, clusterPrefix), "pull") {
-			if !br.Checked || br.Acked <= 0 || br.Stored != br.Acked || br.Acked != p.Report.Sent {
-				t.Errorf("%s: the leader stores %d of %d acknowledged (checked %v, the run sent %d)", name, br.Stored, br.Acked, br.Checked, p.Report.Sent)
+			// Every acknowledged send is stored; beyond them at most the
+			// messages of sends that failed (their entries may have
+			// committed all the same).
+			batch := int64(max(p.Report.Scenario.Producers.Batch, 1))
+			if !br.Checked || br.Acked <= 0 || br.Stored < br.Acked || br.Stored > br.Acked+failed*batch || br.Acked != p.Report.Sent {
+				t.Errorf("%s: the leader stores %d of %d acknowledged, %d failed (checked %v, the run sent %d)", name, br.Stored, br.Acked, failed, br.Checked, p.Report.Sent)
 			}
 		}
 	}
@@ -239,6 +258,7 @@ func TestClusterFlags(t *testing.T) {
 		{"-suite", "cluster", "-url", "http://127.0.0.1:1"},
 		{"-suite", "cluster", "-broker-process"},
 		{"-suite", "cluster", "-client", "lean,plain"},
+		{"-suite", "cluster", "-phases", "batch"},
 		{"-suite", "targets", "-inprocess", "-o", "x.md"},
 	} {
 		if _, err := parseFlags(args); err == nil {
