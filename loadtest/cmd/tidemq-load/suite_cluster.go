@@ -731,7 +731,7 @@ func (r clusterResult) writeMarkdown(w io.Writer) error {
 	}
 	b.WriteString("\nLatency is per send request (per batch for batch sends) and, for the pull phases, per pull that returned messages (msg/s is messages acked). " +
 		"End to end is a message's (scheduled) send time to the pull reply that delivered it. Stored is the message count of the measured run's topic read from the leader after it: " +
-		"fewer than acknowledged is a loss; more is sends answered with an error (such as 503 no_leader when the leader's raft apply timed out) whose entry committed anyway, which a client retrying would store twice (at least once).\n")
+		"fewer than acknowledged is a loss; more is sends answered with an error (a 503 no_leader, say) whose raft entry committed all the same, which a client retrying would store twice (at least once).\n")
 	b.WriteString("\n### Where the CPU goes\n\n" +
 		"Each broker's CPU time (user+system, /proc/<pid>/stat) and the load tester's (load generator and the stand-in OTLP collector) over the measured run, per message; " +
 		"cores ≈ CPU/msg × msg/s. The machine's CPUs are shared by all of them.\n\n" +
