@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,19 @@ import (
 // startBroker serves the real wiring (Pebble in t.TempDir(), fsync on) on
 // 127.0.0.1:0; everything is closed when the test ends.
 func startBroker(t *testing.T, maxMessageBytes int) string {
+	t.Helper()
+	gw, stopPolling := startGateway(t, maxMessageBytes)
+	srv := httptest.NewServer(gw)
+	t.Cleanup(func() {
+		stopPolling()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// startGateway is startBroker's handler, unserved, and what ends its
+// parked polls (to call before closing the servers that serve it).
+func startGateway(t *testing.T, maxMessageBytes int) (http.Handler, func()) {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store, err := pebblestore.Open(t.TempDir(), pebblestore.Options{Logger: log})
@@ -45,12 +59,7 @@ func startBroker(t *testing.T, maxMessageBytes int) string {
 	if err != nil {
 		t.Fatalf("gateway.New: %v", err)
 	}
-	srv := httptest.NewServer(gw)
-	t.Cleanup(func() {
-		br.StopPolling()
-		srv.Close()
-	})
-	return srv.URL
+	return gw, br.StopPolling
 }
 
 // checkLatency checks a summary is internally consistent and counts want
@@ -215,6 +224,54 @@ func TestRun(t *testing.T) {
 				t.Errorf("JSON round trip: %v\n%s", err, raw)
 			}
 		})
+	}
+}
+
+// TestRunSpreadsOverURLs serves one broker on two listeners, as two nodes
+// of a cluster serve one API, and runs with both as Scenario.URLs: every
+// producer and consumer sends to its own listener (i modulo 2), so both
+// carry sends, pulls and acks, and the run still drains.
+func TestRunSpreadsOverURLs(t *testing.T) {
+	gw, stopPolling := startGateway(t, 0)
+	type counts struct{ send, pull, ack atomic.Int64 }
+	var hits [2]counts
+	var urls []string
+	for i := range hits {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch p := r.URL.Path; {
+			case strings.HasSuffix(p, "/messages") || strings.HasSuffix(p, "/messages:batch"):
+				hits[i].send.Add(1)
+			case strings.HasSuffix(p, "/pull"):
+				hits[i].pull.Add(1)
+			case strings.HasSuffix(p, "/ack"):
+				hits[i].ack.Add(1)
+			}
+			gw.ServeHTTP(w, r)
+		}))
+		t.Cleanup(srv.Close)
+		urls = append(urls, srv.URL)
+	}
+	t.Cleanup(stopPolling) // runs before the servers close
+	r, err := loadtest.Scenario{URL: urls[1], URLs: urls,
+		Producers: loadtest.Producers{Count: 4, MessageBytes: 64},
+		Consumers: loadtest.Consumers{Count: 2, MaxMessages: 16},
+		Messages:  200}.Run(t.Context())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	checkDrained(t, r)
+	for i := range hits {
+		h := &hits[i]
+		if h.send.Load() == 0 || h.pull.Load() == 0 || h.ack.Load() == 0 {
+			t.Errorf("listener %d served %d sends, %d pulls, %d acks: want some of each", i, h.send.Load(), h.pull.Load(), h.ack.Load())
+		}
+	}
+	if got := hits[0].send.Load() + hits[1].send.Load(); got != r.Send.Requests {
+		t.Errorf("%d send requests served, the report counts %d", got, r.Send.Requests)
+	}
+	bad := loadtest.Scenario{URL: urls[0], URLs: []string{"nope"}, Producers: loadtest.Producers{Count: 1}, Messages: 1}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "URLs") {
+		t.Errorf("Validate with a bad URLs entry: %v", err)
 	}
 }
 

@@ -348,7 +348,7 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 		body = sendBody(n, batch, r.payload, r.runID, began.UnixNano())
 	}
 	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
-	err := r.do(rctx, "POST", path, body, out)
+	err := r.doAt(rctx, i, "POST", path, body, out)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		return // the run was cancelled
@@ -388,13 +388,13 @@ func (r *runner) consume(ctx, pullCtx context.Context, i int) {
 			// Marshalled per pull, and read into the API's structs.
 			var pres sdk.PullResult
 			pullBody, _ = json.Marshal(pullReq)
-			if err = r.do(rctx, "POST", pullPath, pullBody, &pres); err == nil {
+			if err = r.doAt(rctx, i, "POST", pullPath, pullBody, &pres); err == nil {
 				if res, err = plainPulled(&pres); err != nil {
 					err = &requestError{Code: "decoding", Err: err}
 				}
 			}
 		} else {
-			err = r.do(rctx, "POST", pullPath, pullBody, &res)
+			err = r.doAt(rctx, i, "POST", pullPath, pullBody, &res)
 		}
 		cancel()
 		if pullCtx.Err() != nil {
@@ -443,7 +443,7 @@ func (r *runner) ack(ctx context.Context, i int, path string, handles []string) 
 	var res ackResult
 	began := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
-	err := r.do(rctx, "POST", path, body, &res)
+	err := r.doAt(rctx, i, "POST", path, body, &res)
 	cancel()
 	if err != nil && ctx.Err() != nil {
 		return

@@ -16,6 +16,11 @@ import (
 type Scenario struct {
 	// URL is the broker's base URL, e.g. http://127.0.0.1:8080.
 	URL string `json:"url"`
+	// URLs, when not empty, are the base URLs producers and consumers are
+	// spread over: producer i and consumer i send to URLs[i % len(URLs)]
+	// (the nodes of a cluster behind a round-robin balancer). Setup and
+	// cleanup go to URL.
+	URLs []string `json:"urls,omitempty"`
 	// Token is sent as "Authorization: Bearer <Token>" when not empty. It
 	// needs publish and subscribe on the topic, and admin to create the
 	// topic and subscription (or use SkipSetup).
@@ -139,6 +144,11 @@ func (s Scenario) Validate() error {
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("loadtest: "+format, args...)) }
 	if u, err := url.Parse(s.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("URL %q is not an http(s) URL", s.URL)
+	}
+	for _, v := range s.URLs {
+		if u, err := url.Parse(v); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("URLs: %q is not an http(s) URL", v)
+		}
 	}
 	if s.Topic != "" && !nameRE.MatchString(s.Topic) {
 		bad("Topic %q is not a valid name", s.Topic)

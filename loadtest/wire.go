@@ -223,6 +223,15 @@ func (r *runner) do(ctx context.Context, method, path string, body []byte, out a
 	return doWith(ctx, r.s.Client, r.s.URL, r.s.Token, method, path, body, out, r.s.ClientKind == ClientPlain)
 }
 
+// doAt is do to the base URL of producer or consumer i (Scenario.URLs).
+func (r *runner) doAt(ctx context.Context, i int, method, path string, body []byte, out any) error {
+	base := r.s.URL
+	if n := len(r.s.URLs); n > 0 {
+		base = r.s.URLs[i%n]
+	}
+	return doWith(ctx, r.s.Client, base, r.s.Token, method, path, body, out, r.s.ClientKind == ClientPlain)
+}
+
 // doJSON is runner.do for any client, base URL and token, lean.
 func doJSON(ctx context.Context, client *http.Client, baseURL, token, method, path string, body []byte, out any) error {
 	return doWith(ctx, client, baseURL, token, method, path, body, out, false)

@@ -42,6 +42,13 @@
 //
 //	go run ./loadtest/cmd/tidemq-load -suite targets -inprocess -phases '^cost-'
 //
+// The cluster suite: batch send, single send, pull + ack and end-to-end
+// latency on a fresh 3-node cluster of broker processes (node i on
+// 127.0.0.i, clients round-robin over the nodes) beside a single broker
+// process, each node's CPU and the load generator's apart:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite cluster -rounds 3 -duration 15s -json cluster.json -o cluster.md
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
@@ -94,14 +101,14 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.brokerProcess, "broker-process", false, "with -suite targets, instead of -inprocess: run each broker phase's broker as a child process (-broker-bin, or built from ./cmd/tidemq), and report its CPU and this process's apart")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
 	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
-	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets or backlog")
+	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets, backlog or cluster (a 3-node cluster beside the single node, broker processes of its own)")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, -broker-process, or the flood and cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog or cluster, -broker-process, or the flood and cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
 	fs.DurationVar(&c.floodDuration, "flood-duration", 20*time.Second, "with -suite targets: how long the flood phase ("+floodPhaseName+", run only when -phases names it) sends")
 	fs.StringVar(&c.curvePlot, "curve-plot", "", "with -suite targets: write a PNG plot of the single-send curve (rate and p50 against producers, with the no-op and raw Pebble ceilings) to this file")
 	fs.StringVar(&c.plotCurve, "plot-curve", "", "instead of a run: plot the single-send curve of these saved -suite targets JSON reports (comma-separated; several are drawn on the same axes, each named by its file) into -o")
-	fs.StringVar(&c.plotOut, "o", "", "with -plot-curve: the PNG file to write")
+	fs.StringVar(&c.plotOut, "o", "", "with -plot-curve: the PNG file to write; with -suite cluster: also write the markdown report to this file")
 	fs.IntVar(&c.cost.topics, "cost-topics", 10_000, "with -suite targets: the extra topics (8 queues each) of the cost-topics phases (run with -phases only)")
 	fs.IntVar(&c.cost.subs, "cost-subs", 1000, "with -suite targets: the subscriptions on one topic of the cost-subs phases (run with -phases only)")
 	fs.IntVar(&c.cost.polls, "cost-polls", 10_000, "with -suite targets: the parked long polls of the cost-polls phases (run with -phases only)")
@@ -116,7 +123,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&c.gzip, "gzip", false, "ask the broker for gzip replies (off by default, like the SDK's client)")
 	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
-	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets: run the target phases this many times; each target's median ratio decides")
+	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets or cluster: run the target phases this many times; each target's median ratio decides")
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
 	fs.StringVar(&c.client, "client", loadtest.ClientLean, "how requests are written and replies read: lean (hand-written JSON, fastjson) or plain (encoding/json, base64 bodies); with -suite targets a comma-separated list runs each HTTP phase once per client, the phases of all but the first named <phase>@<client>")
 	fs.DurationVar(&c.curveDuration, "curve-duration", 0, "with -suite targets: each measured run of the single-send curve's points other than 1 and 64 producers (default: 2s, or -duration if shorter)")
@@ -161,8 +168,8 @@ func parseFlags(args []string) (config, error) {
 		}
 		return c, nil
 	}
-	if c.plotOut != "" {
-		return c, errors.New("-o goes with -plot-curve")
+	if c.plotOut != "" && c.suite != "cluster" {
+		return c, errors.New("-o goes with -plot-curve or -suite cluster")
 	}
 	var errs []error
 	for k := range strings.SplitSeq(c.client, ",") {
@@ -201,6 +208,16 @@ func parseFlags(args []string) (config, error) {
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
 		}
+	case c.suite == "cluster":
+		if c.inprocess || c.url != "" || c.brokerProcess {
+			errs = append(errs, errors.New("-suite cluster starts its own broker processes: no -url, -inprocess or -broker-process"))
+		}
+		if c.phases != "" {
+			errs = append(errs, errors.New("-phases goes with -suite targets: the cluster suite runs all its phases"))
+		}
+		if sc.Duration <= 0 || c.warmup < 0 {
+			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
+		}
 	case c.brokerProcess:
 		if c.suite != "targets" || c.inprocess || c.url != "" {
 			errs = append(errs, errors.New("-broker-process goes with -suite targets, without -url or -inprocess"))
@@ -208,8 +225,8 @@ func parseFlags(args []string) (config, error) {
 	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
 	}
-	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" {
-		errs = append(errs, fmt.Errorf("-suite %q: targets or backlog", c.suite))
+	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" && c.suite != "cluster" {
+		errs = append(errs, fmt.Errorf("-suite %q: targets, backlog or cluster", c.suite))
 	}
 	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
 		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
@@ -218,7 +235,7 @@ func parseFlags(args []string) (config, error) {
 		errs = append(errs, errors.New("-cost-topics, -cost-subs and -cost-polls must be at least 1"))
 	}
 	if c.suite == "" && c.brokerBin != "" {
-		errs = append(errs, errors.New("-broker-bin goes with -suite backlog or targets"))
+		errs = append(errs, errors.New("-broker-bin goes with -suite backlog, targets or cluster"))
 	}
 	if c.suite != "targets" && (c.curvePlot != "" || set["flood-duration"]) {
 		errs = append(errs, errors.New("-curve-plot and -flood-duration go with -suite targets"))
@@ -269,7 +286,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.inprocess || c.suite == "targets" {
 		gctune.Apply(os.Getenv)
 	}
-	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog") {
+	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog" || c.suite == "cluster") {
 		sink, err := startOTLPSink()
 		if err != nil {
 			return err
@@ -289,6 +306,8 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return runSuite(ctx, c, log, progress, stdout)
 	case "backlog":
 		return runBacklog(ctx, c, log, progress, stdout)
+	case "cluster":
+		return runClusterSuite(ctx, c, log, progress, stdout)
 	}
 	return runScenario(ctx, c, log, progress, stdout)
 }

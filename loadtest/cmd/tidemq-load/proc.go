@@ -47,6 +47,10 @@ type brokerProc struct {
 	done    chan struct{} // closed when the process has exited and was waited for
 	waitErr error         // valid once done is closed
 	logPath string
+	// logStart is where this run's lines begin in logPath; began is when
+	// the process was started.
+	logStart int64
+	began    time.Time
 }
 
 // startBrokerProc starts bin on dataDir on a loopback port of its own
@@ -63,16 +67,31 @@ type brokerProc struct {
 // package's test server), and a /readyz answered by that server passed
 // for ours while our broker had failed to bind.
 func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTimeout time.Duration, extra ...string) (p *brokerProc, ready time.Duration, err error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	args := append([]string{"--data", dataDir, "--addr", "127.0.0.1:0", "--fsync", "always", "--log-level", "info"}, extra...)
+	p, err = spawnBrokerProc(bin, logPath, args)
 	if err != nil {
 		return nil, 0, err
 	}
+	if err := p.waitReady(ctx, readyTimeout); err != nil {
+		return p, 0, errors.Join(err, p.kill())
+	}
+	return p, time.Since(p.began), nil
+}
+
+// spawnBrokerProc starts bin with args (and the environment
+// startBrokerProc describes), its stdout and stderr appended to logPath,
+// without waiting for it: the nodes of a cluster are ready only once a
+// quorum of them runs.
+func spawnBrokerProc(bin, logPath string, args []string) (*brokerProc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
 	defer logf.Close() // the child has its own descriptor
-	args := append([]string{"--data", dataDir, "--addr", "127.0.0.1:0", "--fsync", "always", "--log-level", "info"}, extra...)
 	fmt.Fprintf(logf, "=== tidemq-load %s: %s %s\n", time.Now().Format(time.RFC3339Nano), bin, strings.Join(args, " "))
 	logStart, err := logf.Seek(0, io.SeekEnd) // this run's lines follow
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
@@ -85,20 +104,21 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	setPdeathsig(cmd)
-	p = &brokerProc{cmd: cmd, done: make(chan struct{}), logPath: logPath}
-	began := time.Now()
+	p := &brokerProc{cmd: cmd, done: make(chan struct{}), logPath: logPath, logStart: logStart, began: time.Now()}
 	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("starting %s: %w", bin, err)
+		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	go func() {
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
-	defer func() {
-		if err != nil {
-			err = errors.Join(err, p.kill())
-		}
-	}()
+	return p, nil
+}
+
+// waitReady waits until the broker's log names its address and GET
+// /readyz there answers 200, setting p.URL; it fails if the broker exits,
+// ctx ends or readyTimeout passes first.
+func (p *brokerProc) waitReady(ctx context.Context, readyTimeout time.Duration) error {
 	hc := &http.Client{Timeout: time.Second}
 	defer hc.CloseIdleConnections()
 	deadline := time.NewTimer(readyTimeout)
@@ -107,30 +127,30 @@ func startBrokerProc(ctx context.Context, bin, dataDir, logPath string, readyTim
 	defer tick.Stop()
 	for {
 		if p.URL == "" {
-			if addr := listeningAddr(logPath, logStart); addr != "" {
+			if addr := listeningAddr(p.logPath, p.logStart); addr != "" {
 				p.URL = "http://" + addr
 			}
 		}
 		if p.URL != "" {
 			req, err := http.NewRequestWithContext(ctx, "GET", p.URL+"/readyz", nil)
 			if err != nil {
-				return p, 0, err
+				return err
 			}
 			if resp, err := hc.Do(req); err == nil {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					return p, time.Since(began), nil
+					return nil
 				}
 			}
 		}
 		select {
 		case <-p.done:
-			return p, 0, fmt.Errorf("the broker exited before it was ready: %v; its log (%s) ends:\n%s", p.waitErr, logPath, logTail(logPath))
+			return fmt.Errorf("the broker exited before it was ready: %v; its log (%s) ends:\n%s", p.waitErr, p.logPath, logTail(p.logPath))
 		case <-ctx.Done():
-			return p, 0, ctx.Err()
+			return ctx.Err()
 		case <-deadline.C:
-			return p, 0, fmt.Errorf("the broker was not ready (listening on %q) after %v; its log (%s) ends:\n%s", p.URL, readyTimeout, logPath, logTail(logPath))
+			return fmt.Errorf("the broker was not ready (listening on %q) after %v; its log (%s) ends:\n%s", p.URL, readyTimeout, p.logPath, logTail(p.logPath))
 		case <-tick.C:
 		}
 	}

@@ -71,6 +71,9 @@ func (p *phase) splitCPU(use usage, msgs int64, elapsed time.Duration) {
 	p.ServerCPUPerMsg = use.server / time.Duration(msgs)
 	p.ClientCPUPerMsg = use.cpu / time.Duration(msgs)
 	p.CPUPerMsg = p.ServerCPUPerMsg + p.ClientCPUPerMsg
+	for _, n := range use.nodes {
+		p.NodeCPUPerMsg = append(p.NodeCPUPerMsg, n/time.Duration(msgs))
+	}
 	if elapsed > 0 {
 		p.Cores = (use.cpu + use.server).Seconds() / elapsed.Seconds()
 	}

@@ -57,6 +57,12 @@ type suite struct {
 	// and log go, and the running child's CPU time so far (nil when none).
 	childBin, brokerWork string
 	brokerCPU            func() time.Duration
+
+	// With a cluster of child brokers (suite_cluster.go): the base URLs
+	// a phase's clients are spread over (nil: the phase's one URL), and
+	// each node's CPU time so far, in node order (nil when none).
+	spread     []string
+	brokerCPUs func() []time.Duration
 }
 
 // phase is one measurement.
@@ -87,6 +93,9 @@ type phase struct {
 	// process's, per message.
 	ServerCPUPerMsg time.Duration `json:"serverCpuPerMsgNs,omitempty"`
 	ClientCPUPerMsg time.Duration `json:"clientCpuPerMsgNs,omitempty"`
+	// NodeCPUPerMsg splits ServerCPUPerMsg by node when the broker was a
+	// cluster of child processes, in node order.
+	NodeCPUPerMsg []time.Duration `json:"nodeCpuPerMsgNs,omitempty"`
 	// SpansDropped is how many spans the in-process broker dropped while
 	// measuring because its export queue was full: that much tracing went
 	// unpaid (its export), so a phase with many is less traced than asked.
@@ -95,6 +104,7 @@ type phase struct {
 	Pebble       *pebbleResult    `json:"pebble,omitempty"`
 	Flood        *floodResult     `json:"flood,omitempty"`
 	Cost         *costResult      `json:"cost,omitempty"`
+	Brokers      *brokersResult   `json:"brokers,omitempty"`
 }
 
 // target is one line of the table.
@@ -164,6 +174,9 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 	hc := loadtest.NewClient(p.Count+2*sc.Consumers.Count+4, c.gzip)
 	defer hc.CloseIdleConnections()
 	sc.URL, sc.Client, sc.Token = url, hc, c.token
+	if sc.URLs == nil {
+		sc.URLs = c.spread
+	}
 	if c.warmup > 0 {
 		w := sc
 		w.Duration, w.Messages = c.warmup, 0
@@ -216,8 +229,12 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 		}()
 	}
 	var server0 time.Duration
+	var nodes0 []time.Duration
 	if c.brokerCPU != nil {
 		server0 = c.brokerCPU()
+	}
+	if c.brokerCPUs != nil {
+		nodes0 = c.brokerCPUs()
 	}
 	mark, dropped0 := markUsage(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
@@ -225,17 +242,25 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 	if c.brokerCPU != nil {
 		use.server, use.child = c.brokerCPU()-server0, true
 	}
+	if c.brokerCPUs != nil {
+		use.child = true
+		for i, t := range c.brokerCPUs() {
+			use.nodes = append(use.nodes, t-nodes0[i])
+			use.server += t - nodes0[i]
+		}
+	}
 	use.spansDropped = spansDroppedSoFar() - dropped0
 	return rep, use, err
 }
 
 // usage is what a measured run cost beyond its report.
 type usage struct {
-	cpu          time.Duration // the process's
-	idlePs       time.Duration // the Go scheduler's, summed over Ps
-	spansDropped uint64        // by in-process brokers' span exporters
-	server       time.Duration // the child broker's, when child is set
-	child        bool          // the broker was a child process
+	cpu          time.Duration   // the process's
+	idlePs       time.Duration   // the Go scheduler's, summed over Ps
+	spansDropped uint64          // by in-process brokers' span exporters
+	server       time.Duration   // the child broker's (a cluster's nodes together), when child is set
+	nodes        []time.Duration // each cluster node's, in node order
+	child        bool            // the broker was a child process
 }
 
 func (p *phase) setCPU(use usage, msgs int64, elapsed time.Duration) {
@@ -337,7 +362,7 @@ func (c *suite) pullFrom(ctx context.Context, name, kind, url string, fill int64
 	}
 	// The backlog: sent by one run (bounded in time too, should the broker
 	// crawl), whose id the consumers take as theirs.
-	filled, err := runLabeled(ctx, loadtest.Scenario{URL: url, Token: c.token, Client: client, ClientKind: kind, Topic: topic, SkipSetup: true, RunID: "fill-" + id,
+	filled, err := runLabeled(ctx, loadtest.Scenario{URL: url, URLs: c.spread, Token: c.token, Client: client, ClientKind: kind, Topic: topic, SkipSetup: true, RunID: "fill-" + id,
 		Producers: loadtest.Producers{Count: 16, Batch: 100, MessageBytes: size}, Messages: fill, Duration: 10*(c.warmup+c.duration) + time.Minute})
 	if err != nil {
 		return p, fmt.Errorf("%s: filling the backlog: %w", name, err)
@@ -347,7 +372,7 @@ func (c *suite) pullFrom(ctx context.Context, name, kind, url string, fill int64
 	}
 	c.logf("   backlog: %s messages sent in %.1fs (%s msg/s), errors %s", thousands(float64(filled.Sent)), time.Duration(filled.Elapsed).Seconds(),
 		thousands(filled.SendRate), errorsCell(filled.Send.Errors))
-	sc := loadtest.Scenario{URL: url, Token: c.token, Client: client, ClientKind: kind, Topic: topic, Group: group, SkipSetup: true, RunID: filled.RunID, Consumers: cons}
+	sc := loadtest.Scenario{URL: url, URLs: c.spread, Token: c.token, Client: client, ClientKind: kind, Topic: topic, Group: group, SkipSetup: true, RunID: filled.RunID, Consumers: cons}
 	left := filled.Sent
 	if c.warmup > 0 {
 		w := sc
