@@ -104,7 +104,7 @@ type Cluster struct {
 	fsm   *fsm
 	layer *Layer
 	trans raft.Transport
-	snaps *raft.FileSnapshotStore
+	snaps *stateSnapshots
 
 	current atomic.Pointer[serving] // the broker served while leading, nil otherwise
 	leads   uint64                  // lead calls so far (leadLoop's)
@@ -175,9 +175,9 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		}
 	}()
 	hlog := newHCLogger(c.log)
-	c.snaps, err = raft.NewFileSnapshotStoreWithLogger(filepath.Join(cfg.Dir, "raft"), 2, hlog)
+	c.snaps, err = newStateSnapshots(filepath.Join(cfg.Dir, "raft-snapshots"), cfg.Store, c.log)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+		return nil, err
 	}
 	if err := c.finishRestore(); err != nil {
 		return nil, err
@@ -278,22 +278,22 @@ func (c *Cluster) finishRestore() error {
 	if err != nil || !half {
 		return err
 	}
-	metas, err := c.snaps.List()
+	meta, err := c.snaps.received()
 	if err != nil {
-		return fmt.Errorf("cluster: list snapshots: %w", err)
+		return err
 	}
-	if len(metas) == 0 {
-		return errors.New("cluster: the store was being restored from a snapshot and raft kept none; restore the node from another replica (remove its data directory and add it again)")
+	if meta == nil {
+		return errors.New("cluster: the store was being restored from a snapshot and none received is kept; restore the node from another replica (remove its data directory and add it again)")
 	}
-	_, rc, err := c.snaps.Open(metas[0].ID)
+	_, rc, err := c.snaps.Open(meta.ID)
 	if err != nil {
-		return fmt.Errorf("cluster: open snapshot %s: %w", metas[0].ID, err)
+		return err
 	}
 	defer rc.Close()
 	if err := c.cfg.Store.RestoreState(rc); err != nil {
-		return fmt.Errorf("cluster: restore snapshot %s: %w", metas[0].ID, err)
+		return fmt.Errorf("cluster: restore snapshot %s: %w", meta.ID, err)
 	}
-	c.log.Info("interrupted snapshot restore completed", "snapshot", metas[0].ID)
+	c.log.Info("interrupted snapshot restore completed", "snapshot", meta.ID)
 	return nil
 }
 

@@ -103,18 +103,16 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return result
 }
 
-// Snapshot implements raft.FSM: a consistent view of the state as of the
-// last applied entry, made durable first (applies are not synced).
+// Snapshot implements raft.FSM. The state is in the store, so the
+// snapshot is only the promise that it is durable up to the applied index
+// (applies are not synced): raft then truncates its log behind it.
+// Sending it to a follower streams the store (stateSnapshots.Open).
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err := f.store.SyncWAL(); err != nil {
 		return nil, err
 	}
-	sn, err := f.store.StateSnapshot()
-	if err != nil {
-		return nil, err
-	}
 	f.metrics.snapshot("taken")
-	return fsmSnapshot{sn}, nil
+	return durableState{}, nil
 }
 
 // Restore implements raft.FSM: the state is replaced by the snapshot's
@@ -137,13 +135,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ sn *pebblestore.StateSnapshot }
+// durableState is a snapshot whose state is the store itself: it writes
+// nothing into raft's sink.
+type durableState struct{}
 
-func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := s.sn.WriteTo(sink); err != nil {
-		return errors.Join(err, sink.Cancel())
-	}
-	return sink.Close()
-}
-
-func (s fsmSnapshot) Release() { _ = s.sn.Close() }
+func (durableState) Persist(sink raft.SnapshotSink) error { return sink.Close() }
+func (durableState) Release()                             {}
