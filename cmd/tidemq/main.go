@@ -81,9 +81,9 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.StringVar(&nc.ClusterTLSKey, "cluster-tls-key", nc.ClusterTLSKey, "cluster: mutual TLS key file (PEM) (TIDEMQ_CLUSTER_TLS_KEY)")
 	fs.StringVar(&nc.ClusterTLSCA, "cluster-tls-ca", nc.ClusterTLSCA, "cluster: CA file (PEM) the other nodes' certificates are checked against (TIDEMQ_CLUSTER_TLS_CA)")
 	fs.DurationVar(&nc.RaftHeartbeat, "raft-heartbeat", nc.RaftHeartbeat, "cluster: raft's heartbeat and election timeout; 0 is 500ms (TIDEMQ_RAFT_HEARTBEAT)")
-	fs.Uint64Var(&nc.RaftSnapshotThreshold, "raft-snapshot-threshold", nc.RaftSnapshotThreshold, "cluster: raft entries past the last snapshot that make the next one; 0 is 8192 (TIDEMQ_RAFT_SNAPSHOT_THRESHOLD)")
-	fs.Uint64Var(&nc.RaftTrailingLogs, "raft-trailing-logs", nc.RaftTrailingLogs, "cluster: raft entries kept behind a snapshot for followers a little behind; 0 is 2048 (TIDEMQ_RAFT_TRAILING_LOGS)")
-	fs.DurationVar(&nc.RaftSnapshotInterval, "raft-snapshot-interval", nc.RaftSnapshotInterval, "cluster: how often raft checks whether a snapshot is due; 0 is 30s (TIDEMQ_RAFT_SNAPSHOT_INTERVAL)")
+	fs.Uint64Var(&nc.RaftSnapshotThreshold, "raft-snapshot-threshold", nc.RaftSnapshotThreshold, "cluster: raft entries past the last snapshot that make the next one; 0 is 1024 (TIDEMQ_RAFT_SNAPSHOT_THRESHOLD)")
+	fs.Uint64Var(&nc.RaftTrailingLogs, "raft-trailing-logs", nc.RaftTrailingLogs, "cluster: raft entries kept behind a snapshot for followers a little behind; 0 is 512 (TIDEMQ_RAFT_TRAILING_LOGS)")
+	fs.DurationVar(&nc.RaftSnapshotInterval, "raft-snapshot-interval", nc.RaftSnapshotInterval, "cluster: how often raft checks whether a snapshot is due; 0 is 5s (TIDEMQ_RAFT_SNAPSHOT_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -76,10 +76,12 @@ type Config struct {
 	// twice it) starts an election.
 	HeartbeatTimeout time.Duration
 	// SnapshotThreshold is how many entries past the last snapshot make
-	// the next one (default 8192); TrailingLogs how many stay in the log
-	// behind a snapshot for followers a little behind (default 2048).
+	// the next one (default 1024); TrailingLogs how many stay in the log
+	// behind a snapshot for followers a little behind (default 512). A
+	// snapshot costs a WAL sync (snapstore.go), so they are frequent: the
+	// log, which holds every batch a second time, stays short.
 	SnapshotThreshold, TrailingLogs uint64
-	SnapshotInterval                time.Duration // how often raft checks the threshold (default 30 s)
+	SnapshotInterval                time.Duration // how often raft checks the threshold (default 5 s)
 
 	// MeterProvider gets the raft metrics (metrics.go); nil drops them.
 	MeterProvider metric.MeterProvider
@@ -145,13 +147,13 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		cfg.HeartbeatTimeout = 500 * time.Millisecond
 	}
 	if cfg.SnapshotThreshold == 0 {
-		cfg.SnapshotThreshold = 8192
+		cfg.SnapshotThreshold = 1024
 	}
 	if cfg.TrailingLogs == 0 {
-		cfg.TrailingLogs = 2048
+		cfg.TrailingLogs = 512
 	}
 	if cfg.SnapshotInterval <= 0 {
-		cfg.SnapshotInterval = 30 * time.Second
+		cfg.SnapshotInterval = 5 * time.Second
 	}
 	if err := core.ValidateName("node", cfg.NodeID); err != nil {
 		return nil, fmt.Errorf("cluster: node id %q: %w", cfg.NodeID, err)
