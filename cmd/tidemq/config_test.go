@@ -154,3 +154,28 @@ func TestRegressionInsecureFlag(t *testing.T) {
 		t.Errorf("--insecure: %v", err)
 	}
 }
+
+// A cluster node does not spin on fsyncs unless asked: its nodes often
+// share a machine, where one node's spin takes another's CPU.
+func TestClusterNodeSyncSpinOffUnlessAsked(t *testing.T) {
+	cluster := []string{"--node-id", "n1", "--cluster-addr", "127.0.0.1:7001", "--peers", "n1=127.0.0.1:7001"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"single node", nil, nil, true},
+		{"cluster node", cluster, nil, false},
+		{"cluster node, flag", append([]string{"--sync-spin=true"}, cluster...), nil, true},
+		{"cluster node, env", cluster, map[string]string{"TIDEMQ_SYNC_SPIN": "true"}, true},
+	} {
+		c, err := parseConfig(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.node.SyncSpin != tc.want {
+			t.Errorf("%s: SyncSpin %v, want %v", tc.name, c.node.SyncSpin, tc.want)
+		}
+	}
+}

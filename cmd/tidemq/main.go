@@ -87,6 +87,14 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	// A cluster node's fsync is one part of a commit that waits on others,
+	// and its nodes often share a machine (local-cluster, tests): a spin
+	// would take the CPU another node's raft needs. Off unless asked.
+	if nc.NodeID != "" && getenv("TIDEMQ_SYNC_SPIN") == "" {
+		spinSet := false
+		fs.Visit(func(f *flag.Flag) { spinSet = spinSet || f.Name == "sync-spin" })
+		nc.SyncSpin = spinSet && nc.SyncSpin
+	}
 	// flag stops at the first argument that is not a flag: everything after
 	// it would be dropped without a word.
 	if fs.NArg() > 0 {
