@@ -177,6 +177,7 @@ func (c *nemCluster) follower(leader *nemNode, prefer string) *nemNode {
 // memberCluster is n1..n3 started with --peers on 127.0.0.1..3, with
 // addresses picked free on 127.0.0.1..5 for the nodes added later.
 func memberCluster(t *testing.T) (c *nemCluster, addNode func(id string) *nemNode) {
+	t.Helper()
 	dir := t.TempDir()
 	ips := []string{"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
 	httpPort := freeSharedPort(t, ips)
@@ -239,7 +240,7 @@ func memberRequest(nd *nemNode) map[string]any {
 // on the final leader.
 func TestClusterMembership(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs five broker processes for ~30 s")
+		t.Skip("runs five broker processes for ~10 s")
 	}
 	if !binaryHasFlag(t, "node-id") {
 		t.Skip("tidemq has no --node-id flag: no cluster to test")
@@ -357,7 +358,7 @@ func TestClusterMembership(t *testing.T) {
 // every acknowledged message (SPEC §7.2).
 func TestFiveNodeCluster(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs five broker processes for ~30 s")
+		t.Skip("runs five broker processes for ~10 s")
 	}
 	if !binaryHasFlag(t, "node-id") {
 		t.Skip("tidemq has no --node-id flag: no cluster to test")
