@@ -571,24 +571,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 				return
 			}
 		}
-		t := target{Name: name, Want: want}
-		type result struct {
-			ratio              float64
-			measured, baseline string
-			errs               bool
-		}
-		var rs []result
-		for _, g := range got {
-			var x result
-			x.ratio, x.measured, x.baseline, x.errs = one(g)
-			rs = append(rs, x)
-			t.Rounds = append(t.Rounds, x.ratio)
-		}
-		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.ratio, b.ratio) })
-		med := rs[(len(rs)-1)/2]
-		t.Ratio, t.Measured, t.Baseline = medianOf(t.Rounds), med.measured, med.baseline
-		t.Pass = pass(t.Ratio) && !slices.ContainsFunc(rs, func(x result) bool { return x.errs })
-		targets = append(targets, t)
+		targets = append(targets, medianTarget(name, want, got, pass, one))
 	}
 	for _, kind := range kinds {
 		sfx := c.clientSuffix(kind)
@@ -802,4 +785,29 @@ func medianOf(xs []float64) float64 {
 		return s[n/2]
 	}
 	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// medianTarget judges a target on every round: one gives a round's ratio,
+// what was measured against what, and whether the round went wrong (errors,
+// a loss); the median ratio must pass and no round may have gone wrong.
+func medianTarget(name, want string, got []map[string]phase, pass func(ratio float64) bool,
+	one func(g map[string]phase) (ratio float64, measured, baseline string, bad bool)) target {
+	t := target{Name: name, Want: want}
+	type result struct {
+		ratio              float64
+		measured, baseline string
+		bad                bool
+	}
+	var rs []result
+	for _, g := range got {
+		var x result
+		x.ratio, x.measured, x.baseline, x.bad = one(g)
+		rs = append(rs, x)
+		t.Rounds = append(t.Rounds, x.ratio)
+	}
+	slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.ratio, b.ratio) })
+	med := rs[(len(rs)-1)/2]
+	t.Ratio, t.Measured, t.Baseline = medianOf(t.Rounds), med.measured, med.baseline
+	t.Pass = pass(t.Ratio) && !slices.ContainsFunc(rs, func(x result) bool { return x.bad })
+	return t
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -585,24 +584,7 @@ func (c *suite) runCluster(ctx context.Context) ([]target, error) {
 func clusterTargets(got []map[string]phase) []target {
 	var targets []target
 	add := func(name, want string, pass func(float64) bool, one func(g map[string]phase) (ratio float64, measured, baseline string, bad bool)) {
-		t := target{Name: name, Want: want}
-		type result struct {
-			ratio              float64
-			measured, baseline string
-			bad                bool
-		}
-		var rs []result
-		for _, g := range got {
-			var x result
-			x.ratio, x.measured, x.baseline, x.bad = one(g)
-			rs = append(rs, x)
-			t.Rounds = append(t.Rounds, x.ratio)
-		}
-		slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(a.ratio, b.ratio) })
-		med := rs[(len(rs)-1)/2]
-		t.Ratio, t.Measured, t.Baseline = medianOf(t.Rounds), med.measured, med.baseline
-		t.Pass = pass(t.Ratio) && !slices.ContainsFunc(rs, func(x result) bool { return x.bad })
-		targets = append(targets, t)
+		targets = append(targets, medianTarget(name, want, got, pass, one))
 	}
 	throughput := func(name string, want float64, base, unit string) {
 		add(name, fmt.Sprintf("≥ %.0f%% of the single node", want*100), func(r float64) bool { return r >= want },
