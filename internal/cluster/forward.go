@@ -26,8 +26,9 @@ const (
 	// leaderWait is how long a request waits for a leader (SPEC §7.2).
 	leaderWait = 5 * time.Second
 	// maxBufferedBody is the largest body kept to send again to a new
-	// leader; a larger one is forwarded once.
-	maxBufferedBody = 64 << 20
+	// leader: the largest the gateway accepts. A larger one is forwarded
+	// once, and the leader refuses it.
+	maxBufferedBody = gateway.DefaultMaxRequestBytes
 )
 
 // Handler serves the HTTP API on a cluster node: requests that need the
