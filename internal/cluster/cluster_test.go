@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -357,4 +358,76 @@ func TestDownFollowerCatchesUpFromSnapshot(t *testing.T) {
 	if info.Messages != int64(acked) {
 		t.Errorf("topic holds %d messages, want the %d acknowledged", info.Messages, acked)
 	}
+}
+
+// A restore that a crash cut short leaves the store half replaced and
+// marked; the next start completes it from the snapshot the node had
+// received, before raft runs, and the node ends with the others' state.
+func TestInterruptedRestoreIsCompletedAtStart(t *testing.T) {
+	nodes := startGroupWith(t, 3, groupOptions{snapshotThreshold: 32, trailingLogs: 8})
+	leader := leaderAmong(t, nodes...)
+	ctx := t.Context()
+	if _, _, err := leader.c.Broker().PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var down *testNode
+	for _, nd := range nodes {
+		if nd != leader {
+			down = nd
+			break
+		}
+	}
+	waitConverged(t, nodes)
+	downLast, err := down.store.RaftStore(1).LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.stop(t, nodes)
+	for i := range 200 {
+		if err := send(ctx, leader.c.Broker(), fmt.Sprint("m-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for first, _ := leader.store.RaftStore(1).FirstIndex(); first <= downLast+1; first, _ = leader.store.RaftStore(1).FirstIndex() {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot truncated the leader's log")
+		}
+		if err := send(ctx, leader.c.Broker(), "nudge"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	down.restart(t, nodes) // catches up from a snapshot it receives and keeps
+	waitConverged(t, nodes)
+	down.stop(t, nodes)
+
+	// The crash: a restore of a stream that ends half-way.
+	sn, err := leader.store.StateSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream bytes.Buffer
+	if _, err := sn.WriteTo(&stream); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := down.store.RestoreState(bytes.NewReader(stream.Bytes()[:stream.Len()/2])); err == nil {
+		t.Fatal("a restore of half a stream succeeded")
+	}
+	if half, err := down.store.RestoreInProgress(); err != nil || !half {
+		t.Fatalf("RestoreInProgress = %v, %v after a cut restore, want true", half, err)
+	}
+
+	down.restart(t, nodes)
+	if half, err := down.store.RestoreInProgress(); err != nil || half {
+		t.Fatalf("RestoreInProgress = %v, %v after the start, want false: the start did not complete the restore", half, err)
+	}
+	for i := range 20 {
+		if err := send(ctx, leader.c.Broker(), fmt.Sprint("after-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConverged(t, nodes)
 }
