@@ -109,6 +109,9 @@ type Cluster struct {
 	snaps *stateSnapshots
 
 	current atomic.Pointer[serving] // the broker served while leading, nil otherwise
+	// running is set once raft is: the transport answers "who are you"
+	// from before then, and reads c.raft only after it.
+	running atomic.Bool
 	leads   uint64                  // lead calls so far (leadLoop's)
 
 	changeMu sync.Mutex
@@ -237,6 +240,7 @@ func Start(cfg Config) (_ *Cluster, err error) {
 		}
 		return false
 	})
+	c.running.Store(true)
 	c.raft.RegisterObserver(c.obs)
 	if err := c.metrics.register(c); err != nil {
 		return nil, errors.Join(fmt.Errorf("cluster: metrics: %w", err), c.raft.Shutdown().Error())
@@ -495,7 +499,7 @@ type nodeInfo struct {
 
 func (c *Cluster) self() nodeInfo {
 	ni := nodeInfo{ID: c.cfg.NodeID, HTTPAddr: c.cfg.HTTPAdvertise, ClusterAddr: c.cfg.ClusterAdvertise, State: "unknown"}
-	if c.raft != nil {
+	if c.running.Load() {
 		ni.State = strings.ToLower(c.raft.State().String())
 		ni.Term = c.raft.CurrentTerm()
 		ni.LastIndex = c.raft.LastIndex()
