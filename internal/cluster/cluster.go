@@ -112,7 +112,7 @@ type Cluster struct {
 	// running is set once raft is: the transport answers "who are you"
 	// from before then, and reads c.raft only after it.
 	running atomic.Bool
-	leads   uint64                  // lead calls so far (leadLoop's)
+	leads   uint64 // lead calls so far (leadLoop's)
 
 	changeMu sync.Mutex
 	changed  chan struct{} // closed and replaced on every change of leader or serving state
