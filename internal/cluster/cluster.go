@@ -228,7 +228,13 @@ func Start(cfg Config) (_ *Cluster, err error) {
 	} else if len(cfg.Peers) > 0 {
 		c.log.Info("data directory already belongs to a cluster: --peers ignored")
 	}
-	c.raft, err = raft.NewRaft(conf, c.fsm, logs, logs, c.snaps, c.trans)
+	// The leader sends each entry to every follower right after storing
+	// it: kept in memory, it is not read back from Pebble and decoded.
+	cached, err := raft.NewLogCache(logCacheEntries, logs)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.raft, err = raft.NewRaft(conf, c.fsm, cached, logs, c.snaps, c.trans)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: raft: %w", err)
 	}
@@ -362,6 +368,10 @@ func (c *Cluster) reconcile() {
 		c.lead()
 	}
 }
+
+// logCacheEntries is how many of the newest raft entries stay in memory
+// for replication: a few hundred milliseconds of batches at full load.
+const logCacheEntries = 128
 
 // applyTimeout bounds how long a proposal waits to enter raft's queue.
 const applyTimeout = 5 * time.Second
