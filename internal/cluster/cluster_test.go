@@ -287,50 +287,8 @@ func (nd *testNode) restart(t *testing.T, all []*testNode) {
 // snapshot catches up from the snapshot, with sends going on, and ends
 // with the others' state.
 func TestDownFollowerCatchesUpFromSnapshot(t *testing.T) {
-	nodes := startGroupWith(t, 3, groupOptions{snapshotThreshold: 32, trailingLogs: 8})
-	leader := leaderAmong(t, nodes...)
+	nodes, leader, down, downLast, acked := downPastTruncation(t, 300)
 	ctx := t.Context()
-	if _, _, err := leader.c.Broker().PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
-		t.Fatal(err)
-	}
-	var down *testNode
-	for _, nd := range nodes {
-		if nd != leader {
-			down = nd
-			break
-		}
-	}
-	waitConverged(t, nodes)
-	downLast, err := down.store.RaftStore(1).LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	down.stop(t, nodes)
-	acked := 0
-	for i := range 300 {
-		if err := send(ctx, leader.c.Broker(), fmt.Sprint("while-down-", i)); err != nil {
-			t.Fatal(err)
-		}
-		acked++
-	}
-	// Wait for a snapshot that truncated the log past what the down node has.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		first, err := leader.store.RaftStore(1).FirstIndex()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if first > downLast+1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the leader's log still starts at %d (the down node has up to %d): no snapshot truncated it", first, downLast)
-		}
-		if err := send(ctx, leader.c.Broker(), "nudge"); err != nil {
-			t.Fatal(err)
-		}
-		acked++
-	}
 	// Under load: sends go on while it catches up.
 	done := make(chan int)
 	go func() {
@@ -364,39 +322,8 @@ func TestDownFollowerCatchesUpFromSnapshot(t *testing.T) {
 // marked; the next start completes it from the snapshot the node had
 // received, before raft runs, and the node ends with the others' state.
 func TestInterruptedRestoreIsCompletedAtStart(t *testing.T) {
-	nodes := startGroupWith(t, 3, groupOptions{snapshotThreshold: 32, trailingLogs: 8})
-	leader := leaderAmong(t, nodes...)
+	nodes, leader, down, _, _ := downPastTruncation(t, 200)
 	ctx := t.Context()
-	if _, _, err := leader.c.Broker().PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
-		t.Fatal(err)
-	}
-	var down *testNode
-	for _, nd := range nodes {
-		if nd != leader {
-			down = nd
-			break
-		}
-	}
-	waitConverged(t, nodes)
-	downLast, err := down.store.RaftStore(1).LastIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	down.stop(t, nodes)
-	for i := range 200 {
-		if err := send(ctx, leader.c.Broker(), fmt.Sprint("m-", i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for first, _ := leader.store.RaftStore(1).FirstIndex(); first <= downLast+1; first, _ = leader.store.RaftStore(1).FirstIndex() {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot truncated the leader's log")
-		}
-		if err := send(ctx, leader.c.Broker(), "nudge"); err != nil {
-			t.Fatal(err)
-		}
-	}
 	down.restart(t, nodes) // catches up from a snapshot it receives and keeps
 	waitConverged(t, nodes)
 	down.stop(t, nodes)
@@ -430,4 +357,54 @@ func TestInterruptedRestoreIsCompletedAtStart(t *testing.T) {
 		}
 	}
 	waitConverged(t, nodes)
+}
+
+// downPastTruncation starts a group that snapshots every 32 entries,
+// stops a follower, and sends through the leader (sends messages, then
+// more until a snapshot truncated the leader's log past the follower's
+// last entry). It returns the follower's last index before it stopped and
+// how many sends were acknowledged.
+func downPastTruncation(t *testing.T, sends int) (nodes []*testNode, leader, down *testNode, downLast uint64, acked int) {
+	t.Helper()
+	nodes = startGroupWith(t, 3, groupOptions{snapshotThreshold: 32, trailingLogs: 8})
+	leader = leaderAmong(t, nodes...)
+	ctx := t.Context()
+	if _, _, err := leader.c.Broker().PutTopic(ctx, "t", core.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range nodes {
+		if nd != leader {
+			down = nd
+			break
+		}
+	}
+	waitConverged(t, nodes)
+	downLast, err := down.store.RaftStore(1).LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.stop(t, nodes)
+	for i := range sends {
+		if err := send(ctx, leader.c.Broker(), fmt.Sprint("while-down-", i)); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		first, err := leader.store.RaftStore(1).FirstIndex()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first > downLast+1 {
+			return nodes, leader, down, downLast, acked
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the leader's log still starts at %d (the down node has up to %d): no snapshot truncated it", first, downLast)
+		}
+		if err := send(ctx, leader.c.Broker(), "nudge"); err != nil {
+			t.Fatal(err)
+		}
+		acked++
+	}
 }
