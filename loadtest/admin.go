@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // Admin does the few set-up and inspection requests a suite needs around
@@ -98,4 +99,104 @@ func (a Admin) Topic(ctx context.Context, topic string) (TopicStats, error) {
 		return st, fmt.Errorf("loadtest: reading topic %s: %w", topic, err)
 	}
 	return st, nil
+}
+
+// MirrorSource is where a mirror copies from (SPEC §8): the source
+// broker's base URL, its topic, and a token there (may be empty).
+type MirrorSource struct {
+	URL   string `json:"url"`
+	Topic string `json:"topic"`
+	Token string `json:"token,omitempty"`
+}
+
+// PutMirror creates (or updates) mirror name on this broker, copying every
+// message of src's topic from startFrom ("earliest" or "latest") into the
+// local topic.
+func (a Admin) PutMirror(ctx context.Context, name string, src MirrorSource, topic, startFrom string) error {
+	body := map[string]any{"source": src, "topic": topic, "filter": "*", "startFrom": startFrom}
+	if err := a.do(ctx, "PUT", "/v1/mirrors/"+url.PathEscape(name), body, nil); err != nil {
+		return fmt.Errorf("loadtest: creating mirror %s: %w", name, err)
+	}
+	return nil
+}
+
+// DeleteMirror deletes mirror name.
+func (a Admin) DeleteMirror(ctx context.Context, name string) error {
+	if err := a.do(ctx, "DELETE", "/v1/mirrors/"+url.PathEscape(name), nil, nil); err != nil {
+		return fmt.Errorf("loadtest: deleting mirror %s: %w", name, err)
+	}
+	return nil
+}
+
+// MirrorStats is GET /v1/mirrors/{name}.
+type MirrorStats struct {
+	State        string `json:"state"`
+	Lag          int64  `json:"lag"`
+	Copied       int64  `json:"copied"`
+	LastCopiedAt string `json:"lastCopiedAt,omitempty"`
+	LastError    string `json:"lastError,omitempty"`
+}
+
+// Mirror reads the status of mirror name.
+func (a Admin) Mirror(ctx context.Context, name string) (MirrorStats, error) {
+	var st MirrorStats
+	if err := a.do(ctx, "GET", "/v1/mirrors/"+url.PathEscape(name), nil, &st); err != nil {
+		return st, fmt.Errorf("loadtest: reading mirror %s: %w", name, err)
+	}
+	return st, nil
+}
+
+// StoredMessage is what [Admin.StoredMessages] reads of a message: its id,
+// when it was stored, and, for a mirror's copy, the source message's id.
+type StoredMessage struct {
+	ID       string    `json:"messageId"`
+	StoredAt time.Time `json:"storedAt"`
+	SourceID string    `json:"-"`
+}
+
+// StoredMessages reads every message of topic through the query API
+// (GET …/messages?queueId=&offset=), queue by queue in offset order, and
+// calls f with each page. It reads bodies too (the API has no other
+// way), so it costs a pull of the whole topic.
+func (a Admin) StoredMessages(ctx context.Context, topic string, f func([]StoredMessage)) error {
+	var ti struct {
+		QueueStats []struct {
+			QueueID   int    `json:"queueId"`
+			MinOffset uint64 `json:"minOffset"`
+			MaxOffset uint64 `json:"maxOffset"`
+		} `json:"queueStats"`
+	}
+	base := "/v1/topics/" + url.PathEscape(topic)
+	if err := a.do(ctx, "GET", base, nil, &ti); err != nil {
+		return fmt.Errorf("loadtest: reading topic %s: %w", topic, err)
+	}
+	for _, q := range ti.QueueStats {
+		for off := q.MinOffset; off < q.MaxOffset; {
+			var page struct {
+				Messages []struct {
+					ID         string            `json:"messageId"`
+					Offset     *uint64           `json:"offset"`
+					StoredAt   time.Time         `json:"storedAt"`
+					Properties map[string]string `json:"properties"`
+				} `json:"messages"`
+			}
+			path := fmt.Sprintf("%s/messages?queueId=%d&offset=%d&limit=1000", base, q.QueueID, off)
+			if err := a.do(ctx, "GET", path, nil, &page); err != nil {
+				return fmt.Errorf("loadtest: reading %s queue %d from %d: %w", topic, q.QueueID, off, err)
+			}
+			if len(page.Messages) == 0 {
+				return fmt.Errorf("loadtest: %s queue %d: nothing from offset %d, below its maxOffset %d", topic, q.QueueID, off, q.MaxOffset)
+			}
+			ms := make([]StoredMessage, 0, len(page.Messages))
+			for _, m := range page.Messages {
+				if m.Offset == nil || *m.Offset < off {
+					return fmt.Errorf("loadtest: %s queue %d from offset %d: %s at offset %v", topic, q.QueueID, off, m.ID, m.Offset)
+				}
+				off = *m.Offset + 1
+				ms = append(ms, StoredMessage{ID: m.ID, StoredAt: m.StoredAt, SourceID: m.Properties["mirror.sourceMessageId"]})
+			}
+			f(ms)
+		}
+	}
+	return nil
 }

@@ -49,6 +49,12 @@
 //
 //	go run ./loadtest/cmd/tidemq-load -suite cluster -rounds 3 -duration 15s -json cluster.json -o cluster.md
 //
+// The mirror suite: two broker processes, region hz under the batch-send
+// load and region sg mirroring its topic; the mirror's copy rate and the
+// delay from a message's storedAt at hz to its copy's at sg:
+//
+//	go run ./loadtest/cmd/tidemq-load -suite mirror -duration 15s -json mirror.json
+//
 // The backlog suite: the broker built from ./cmd/tidemq and run as a
 // separate process; send and pull rates on the empty broker and at a
 // backlog of -messages unconsumed messages, peak RSS, restart times after
@@ -101,10 +107,10 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.brokerProcess, "broker-process", false, "with -suite targets, instead of -inprocess: run each broker phase's broker as a child process (-broker-bin, or built from ./cmd/tidemq), and report its CPU and this process's apart")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
 	fs.StringVar(&c.dir, "dir", "", "base directory for temp data dirs (default: the system's temp dir)")
-	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets, backlog or cluster (a 3-node cluster beside the single node, broker processes of its own)")
+	fs.StringVar(&c.suite, "suite", "", "run a suite instead of one scenario: targets, backlog, cluster (a 3-node cluster beside the single node, broker processes of its own) or mirror (two regions, broker processes of their own, a mirror from one to the other)")
 	fs.StringVar(&c.format, "format", "markdown", "output on stdout: markdown or json")
 	fs.StringVar(&c.jsonFile, "json", "", "also write the JSON report to this file")
-	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog or cluster, -broker-process, or the flood and cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
+	fs.StringVar(&c.brokerBin, "broker-bin", "", "with -suite backlog, cluster or mirror, -broker-process, or the flood and cost-growth phases of -suite targets: the tidemq binary to run (default: go build ./cmd/tidemq into the work dir)")
 	fs.DurationVar(&c.floodDuration, "flood-duration", 20*time.Second, "with -suite targets: how long the flood phase ("+floodPhaseName+", run only when -phases names it) sends")
 	fs.StringVar(&c.curvePlot, "curve-plot", "", "with -suite targets: write a PNG plot of the single-send curve (rate and p50 against producers, with the no-op and raw Pebble ceilings) to this file")
 	fs.StringVar(&c.plotCurve, "plot-curve", "", "instead of a run: plot the single-send curve of these saved -suite targets JSON reports (comma-separated; several are drawn on the same axes, each named by its file) into -o")
@@ -141,7 +147,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&sc.Consumers.WaitSeconds, "wait", 1, "long-poll seconds of each pull")
 	fs.BoolVar(&c.noAck, "noack", false, "consumers do not ack")
 	fs.DurationVar(&sc.Duration, "duration", 10*time.Second, "how long to send (with -suite: each phase, default 5s)")
-	fs.Int64Var(&sc.Messages, "messages", 0, "how many messages to send (0: for -duration); with -suite backlog the backlog (default 10,000,000)")
+	fs.Int64Var(&sc.Messages, "messages", 0, "how many messages to send (0: for -duration); with -suite backlog the backlog (default 10,000,000); with -suite mirror the source's measured sends (0: for -duration)")
 	fs.DurationVar(&sc.DrainTimeout, "drain", 10*time.Second, "how long consumers may drain after producers stop")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -208,12 +214,12 @@ func parseFlags(args []string) (config, error) {
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
 		}
-	case c.suite == "cluster":
+	case c.suite == "cluster" || c.suite == "mirror":
 		if c.inprocess || c.url != "" || c.brokerProcess {
-			errs = append(errs, errors.New("-suite cluster starts its own broker processes: no -url, -inprocess or -broker-process"))
+			errs = append(errs, fmt.Errorf("-suite %s starts its own broker processes: no -url, -inprocess or -broker-process", c.suite))
 		}
 		if c.phases != "" {
-			errs = append(errs, errors.New("-phases goes with -suite targets: the cluster suite runs all its phases"))
+			errs = append(errs, fmt.Errorf("-phases goes with -suite targets: the %s suite runs all its phases", c.suite))
 		}
 		if sc.Duration <= 0 || c.warmup < 0 {
 			errs = append(errs, errors.New("-duration must be above 0 and -warmup not negative"))
@@ -225,8 +231,8 @@ func parseFlags(args []string) (config, error) {
 	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
 	}
-	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" && c.suite != "cluster" {
-		errs = append(errs, fmt.Errorf("-suite %q: targets, backlog or cluster", c.suite))
+	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" && c.suite != "cluster" && c.suite != "mirror" {
+		errs = append(errs, fmt.Errorf("-suite %q: targets, backlog, cluster or mirror", c.suite))
 	}
 	if c.suite != "backlog" && (c.plotFile != "" || c.seriesFile != "" || c.fillTimeout != 0) {
 		errs = append(errs, errors.New("-plot, -series and -fill-timeout go with -suite backlog"))
@@ -235,7 +241,7 @@ func parseFlags(args []string) (config, error) {
 		errs = append(errs, errors.New("-cost-topics, -cost-subs and -cost-polls must be at least 1"))
 	}
 	if c.suite == "" && c.brokerBin != "" {
-		errs = append(errs, errors.New("-broker-bin goes with -suite backlog, targets or cluster"))
+		errs = append(errs, errors.New("-broker-bin goes with -suite backlog, targets, cluster or mirror"))
 	}
 	if c.suite != "targets" && (c.curvePlot != "" || set["flood-duration"]) {
 		errs = append(errs, errors.New("-curve-plot and -flood-duration go with -suite targets"))
@@ -286,7 +292,7 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	if c.inprocess || c.suite == "targets" {
 		gctune.Apply(os.Getenv)
 	}
-	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog" || c.suite == "cluster") {
+	if c.tracing && (c.inprocess || c.brokerProcess || c.suite == "backlog" || c.suite == "cluster" || c.suite == "mirror") {
 		sink, err := startOTLPSink()
 		if err != nil {
 			return err
@@ -308,6 +314,8 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		return runBacklog(ctx, c, log, progress, stdout)
 	case "cluster":
 		return runClusterSuite(ctx, c, log, progress, stdout)
+	case "mirror":
+		return runMirrorSuite(ctx, c, log, progress, stdout)
 	}
 	return runScenario(ctx, c, log, progress, stdout)
 }
