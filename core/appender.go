@@ -37,6 +37,9 @@ type request struct {
 	writes  []func(Batch)
 	effects []subEffect
 	after   func()
+	// mirror is a mirror's copies (their source offsets) or watermark
+	// raises, recorded in the same batch (mirror.go).
+	mirror  *mirrorWrite
 	results []SendResult
 	done    chan error
 	queued  int64 // bytes counted in Broker.queuedBytes until applied
@@ -352,6 +355,16 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 				w(batch)
 			}
 		case reqAppend:
+			if r.mirror != nil && b.mirror(r.mirror.m.name) != r.mirror.m {
+				errs[i] = fmt.Errorf("%w: %s", ErrMirrorNotFound, r.mirror.m.name)
+				continue
+			}
+			if r.topic == nil {
+				if r.mirror != nil {
+					b.applyMirror(batch, r)
+				}
+				continue
+			}
 			if r.topic.deleted.Load() {
 				errs[i] = fmt.Errorf("%w: %s", ErrTopicNotFound, b.topicName(r.topic))
 				continue
@@ -387,6 +400,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 		}
 		b.touched = b.touched[:0]
 		b.rollbackDedup()
+		b.mirrorsCommitted(false)
 		for _, r := range reqs {
 			for _, se := range r.effects {
 				se.s.handOver(se.e, true)
@@ -399,6 +413,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 	b.counters = counters
 	b.dedupOrder = append(b.dedupOrder, b.dedupAdded...)
 	b.dedupAdded = b.dedupAdded[:0]
+	b.mirrorsCommitted(true)
 	for _, q := range b.touched {
 		q.next.Store(q.pendingNext)
 		q.bytes.Store(q.pendingBytes)
@@ -421,7 +436,7 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 				r.after()
 			}
 		}
-		if r.kind == reqAppend && errs[i] == nil && !slices.Contains(woken, r.topic) {
+		if r.kind == reqAppend && r.topic != nil && errs[i] == nil && !slices.Contains(woken, r.topic) {
 			woken = append(woken, r.topic)
 			b.wakeSubscriptions(r.topic)
 		}
@@ -469,6 +484,11 @@ func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
 	r.results = make([]SendResult, len(r.msgs))
 	var firstDelay int64
 	for i, m := range r.msgs {
+		if r.mirror != nil && !b.mirrorMark(r, i) {
+			// A copy whose source offset is stored here already.
+			r.results[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), Duplicate: true}
+			continue
+		}
 		if m.DedupKey != "" {
 			if rec := b.dedup[dedupID{topicID, m.DedupKey}]; rec != nil {
 				res := rec.Result
@@ -476,6 +496,9 @@ func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
 				r.results[i] = res
 				continue
 			}
+		}
+		if r.mirror != nil {
+			b.mirrorCopied(r, i, nowMs)
 		}
 		if m.DeliverAtMs > nowMs {
 			m.StoredAtMs = nowMs // as its reply says; it gets a new one when due
@@ -507,6 +530,9 @@ func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
 	}
 	for _, w := range r.writes {
 		w(batch)
+	}
+	if r.mirror != nil {
+		b.applyMirror(batch, r)
 	}
 	return firstDelay
 }

@@ -76,6 +76,9 @@ type Options struct {
 	// batch.Repr() to raft and every replica applies it with
 	// Store.ApplyBatch, so replicas hold the leader's bytes.
 	Proposer Proposer
+	// DedupWindow is how long a send's dedup key is remembered (default
+	// 5 minutes, SPEC §2); tests shorten it.
+	DedupWindow time.Duration
 }
 
 func (o *Options) withDefaults() {
@@ -108,6 +111,9 @@ func (o *Options) withDefaults() {
 	}
 	if o.MinFreeBytes <= 0 {
 		o.MinFreeBytes = 128 << 20
+	}
+	if o.DedupWindow <= 0 {
+		o.DedupWindow = DedupWindow
 	}
 }
 
@@ -167,6 +173,7 @@ type Broker struct {
 	wg                   sync.WaitGroup
 
 	subsByID map[uint32]*subscription // under mu
+	mirrors  map[string]*mirror       // under mu
 
 	// commitMu is held by whoever runs commit: the appender, or a lone
 	// send committing itself (commitAlone). The fields below are theirs.
@@ -183,6 +190,8 @@ type Broker struct {
 	dedupAdded []*DedupRecord // in the batch being built
 	// counters is what the last committed batch stored.
 	counters Counters
+	// mirrorsTouched are the mirrors whose skip state the batch changes.
+	mirrorsTouched []*mirror
 
 	// ids names history, parked and dead records; it continues from the
 	// stored counters (restoreCounters), so ids never repeat across restarts.
@@ -253,6 +262,7 @@ func New(store Store, opts Options) (*Broker, error) {
 		topicsByID: map[uint32]*topic{},
 		requests:   make(chan *request, 4096),
 		subsByID:   map[uint32]*subscription{},
+		mirrors:    map[string]*mirror{},
 		timers:     newTimerWake(),
 		dedup:      map[dedupID]*DedupRecord{},
 		closing:    make(chan struct{}),
@@ -342,6 +352,7 @@ func New(store Store, opts Options) (*Broker, error) {
 		}
 	}
 	b.restoreDedup(snap.Dedup, nowMs)
+	b.restoreMirrors(snap)
 	if b.tel, err = newTelemetry(b, opts.TracerProvider, opts.MeterProvider); err != nil {
 		return nil, fmt.Errorf("core: telemetry: %w", err)
 	}

@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// DedupWindow is how long a send's dedup key is remembered (SPEC §2).
+// DedupWindow is how long a send's dedup key is remembered by default
+// (SPEC §2; Options.DedupWindow).
 const DedupWindow = 5 * time.Minute
 
 // MaxDedupKeyLen caps a dedup key.
@@ -29,7 +30,7 @@ func (b *Broker) restoreDedup(recs []*DedupRecord, nowMs int64) {
 
 // expireDedup forgets keys older than the window.
 func (b *Broker) expireDedup(batch Batch, nowMs int64) {
-	cut := nowMs - DedupWindow.Milliseconds()
+	cut := nowMs - b.opts.DedupWindow.Milliseconds()
 	n := 0
 	for n < len(b.dedupOrder) && b.dedupOrder[n].StoredMs < cut {
 		r := b.dedupOrder[n]

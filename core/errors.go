@@ -23,6 +23,8 @@ var (
 	// ErrNoLeader: the raft group that holds the data has no leader this
 	// node can reach, or lost it while a request was being answered.
 	ErrNoLeader = errors.New("no leader")
+	// ErrMirrorNotFound: no mirror of that name (SPEC §8).
+	ErrMirrorNotFound = errors.New("mirror not found")
 )
 
 // ValidationError reports one bad field of a request. Field is a JSON pointer

@@ -148,6 +148,12 @@ type Batch interface {
 	PutHistory(h *HistoryRecord)
 	// CutLog removes log records below seq (retention, across topics).
 	CutLog(seq uint64)
+	// PutMirror records a mirror's definition.
+	PutMirror(m *MirrorRecord)
+	// DeleteMirror removes a mirror's definition and skip records.
+	DeleteMirror(name string)
+	// PutMirrorProgress records a mirror's skip record for one source queue.
+	PutMirrorProgress(name string, p MirrorProgress)
 	// Len reports the encoded size so far, for batch size caps.
 	Len() int
 	// Repr returns the batch encoded, for Store.ApplyBatch on a replica. It
@@ -220,6 +226,10 @@ type Snapshot struct {
 	// Attempts holds every AttemptRecord keyed by cursor id, in (queue,
 	// offset) order.
 	Attempts map[uint32][]AttemptRecord
+	// Mirrors holds every mirror's definition; MirrorProgress their skip
+	// records by mirror name, in queue order.
+	Mirrors        []*MirrorRecord
+	MirrorProgress map[string][]MirrorProgress
 }
 
 // RetryQueue is the queue id of a parked retry's delivery: its offset is

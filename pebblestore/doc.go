@@ -7,7 +7,8 @@
 // the broker's counters and epoch), messages.go (the log, the queue index,
 // the time index, queue positions), index.go (secondary indexes), parked.go
 // (retries, delayed sends and their timers), dead.go (dead letters),
-// dedup.go (remembered sends), history.go (delivery history), consumers.go
+// dedup.go (remembered sends), mirrors.go (mirror definitions and skip
+// records), history.go (delivery history), consumers.go
 // (acks and broadcast members), attempts.go (delivery attempts), raftlog.go
 // (raft groups' logs and stable stores). keys.go
 // defines every key; record.go the message record; format.go the layout's
@@ -50,6 +51,8 @@
 //	D       D dueMs id                                    kind u8 (timer of an R or P record)
 //	X       X subID deadAtMs id                           dead message: attempt, cursor, reason, message record
 //	U       U topicID dedupKey                            remembered send result (5 minutes)
+//	W       W name                                        mirror record (JSON; SPEC §8)
+//	O       O name 0x00 sourceQueueID                     a mirror's skip record: watermark u64, copied u64, last copied ms u64, stored offsets above the watermark (uvarint deltas)
 //	r       r group 'l' index                             raft log entry of group (u32): version u8, index, term, type, data, extensions, appendedAt (raftlog.go)
 //	r       r group 's' key                               raft stable store value of group (SetUint64: u64)
 //
@@ -122,6 +125,13 @@
 //     replicas (each has its own votes and log tail): Fingerprint, which
 //     compares the replicated state, leaves them out; Checkpoint still
 //     copies the whole store.
+//   - A mirror's skip record (O) is what it has stored per source queue:
+//     a watermark below which every source offset is here, plus the
+//     offsets stored above it (an orderly source subscription hands a
+//     queue's offsets out of order across keys). One key per source queue,
+//     rewritten in the very batch that appends the copies, so copies and
+//     record never part, even across a crash; the set above the watermark
+//     stays small (offsets in flight), so the rewrite stays small too.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

@@ -28,6 +28,8 @@ const (
 	prefixTimer     = 'D' // D dueMs id → kind
 	prefixDead      = 'X' // X subID deadAtMs id → dead message
 	prefixDedup     = 'U' // U topicID key → remembered send result
+	prefixMirror    = 'W' // W name → mirror record (JSON)
+	prefixMirrorPos = 'O' // O name 0x00 queueID → a mirror's skip record for one source queue
 	prefixRaft      = 'r' // r group kind … → a raft group's log and stable store (raftlog.go)
 )
 
@@ -195,6 +197,18 @@ func dedupKey(topicID uint32, key string) []byte {
 }
 
 // prefixRange returns [p, p+1) as iterator bounds: every key that starts with p.
+// mirrorKey is a mirror's definition; names never hold 0x00.
+func mirrorKey(name string) []byte { return append([]byte{prefixMirror}, name...) }
+
+// mirrorPosPrefix spans a mirror's skip records, one per source queue.
+func mirrorPosPrefix(name string) []byte {
+	return append(append([]byte{prefixMirrorPos}, name...), 0)
+}
+
+func mirrorPosKey(name string, queueID uint32) []byte {
+	return be.AppendUint32(mirrorPosPrefix(name), queueID)
+}
+
 func prefixRange(p []byte) (lower, upper []byte) {
 	upper = append([]byte(nil), p...)
 	for i := len(upper) - 1; i >= 0; i-- {

@@ -254,13 +254,16 @@ func (s *Store) Compact() error {
 }
 
 func (s *Store) Load() (*core.Snapshot, error) {
-	snap := &core.Snapshot{Queues: map[uint32][]core.QueueRange{}, Acks: map[uint32][]core.QueueAcks{}, Attempts: map[uint32][]core.AttemptRecord{}}
+	snap := &core.Snapshot{Queues: map[uint32][]core.QueueRange{}, Acks: map[uint32][]core.QueueAcks{}, Attempts: map[uint32][]core.AttemptRecord{},
+		MirrorProgress: map[string][]core.MirrorProgress{}}
 	err := s.read(func() error {
 		// Each record family reads its part (meta.go, consumers.go,
-		// parked.go, dead.go, dedup.go, attempts.go, messages.go).
+		// parked.go, dead.go, dedup.go, attempts.go, messages.go,
+		// mirrors.go).
 		for _, load := range []func(*core.Snapshot) error{
 			s.loadTopics, s.loadSubscriptions, s.loadLastIDs, s.loadCounters, s.loadEpoch, s.loadAcks, s.loadMembers,
 			s.loadParked, s.loadDeadCounts, s.loadDedup, s.loadAttempts, s.loadNextSeq,
+			s.loadMirrors,
 		} {
 			if err := load(snap); err != nil {
 				return err
