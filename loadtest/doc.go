@@ -12,8 +12,9 @@
 // The package imports nothing of the server: it speaks the wire format of
 // openapi.yaml with net/http. The command loadtest/cmd/tidemq-load wraps it
 // with flags, an in-process broker, the raw-Pebble and no-op-HTTP
-// baselines of the target suite, and the backlog suite (the real broker as
-// a separate process, holding a large backlog).
+// baselines of the target suite, the backlog suite (the real broker as
+// a separate process, holding a large backlog), the cluster suite and the
+// mirror suite (two regions' brokers, a mirror between them).
 //
 // End-to-end latency: every message carries two properties, [PropRun] (the
 // run's id) and [PropSentAt] (Unix nanoseconds when its send request was
