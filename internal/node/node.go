@@ -100,7 +100,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Logger: log, AutoCreate: cfg.AutoCreate, NoSync: cfg.Fsync == "never",
 		MaxMessageBytes: cfg.MaxMessageBytes, TracerProvider: n.tel.tracerProvider,
 		MeterProvider: n.tel.meterProvider, Notifier: n.notifier, MinFreeBytes: cfg.MinFreeBytes,
-		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey,
+		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey, DedupWindow: cfg.DedupWindow,
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -124,7 +124,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		served = n.broker
 	}
 	gwOpts := gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
-		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI}
+		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI,
+		Region: cfg.Region}
 	if n.cluster != nil {
 		gwOpts.Cluster, gwOpts.NodeID = n.cluster, cfg.NodeID
 	}
