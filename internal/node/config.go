@@ -47,10 +47,10 @@ type Config struct {
 	ShutdownTimeout time.Duration // how long the binary's SIGTERM waits for in-flight requests
 	JaegerUI        string        // Jaeger UI base URL for trace links in the console
 	// Region names this broker's region (SPEC §8): GET /healthz answers it
-	// and mirrors record it in each copy's path.
+	// and mirrors record it in each copy's path ("" is "local").
 	Region string
 	// DedupWindow is how long a send's dedup key is remembered (tests
-	// shorten it; default 5 minutes).
+	// shorten it; 0 is 5 minutes).
 	DedupWindow time.Duration
 
 	// Cluster (SPEC §7.1): a node with NodeID is a member of a raft group;
@@ -184,11 +184,11 @@ func (c Config) Check() error {
 	if !c.Insecure && c.Tokens == "" && !Loopback(c.Addr) {
 		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.Addr))
 	}
-	if err := core.ValidateName("region", c.Region); err != nil || len(c.Region) > 64 {
+	if err := core.ValidateName("region", c.Region); c.Region != "" && (err != nil || len(c.Region) > 64) {
 		problems = append(problems, fmt.Errorf("--region must be 1-64 characters matching ^[A-Za-z0-9][A-Za-z0-9._-]*$, not %q", c.Region))
 	}
-	if c.DedupWindow <= 0 {
-		problems = append(problems, fmt.Errorf("--dedup-window must be positive, not %s", c.DedupWindow))
+	if c.DedupWindow < 0 {
+		problems = append(problems, fmt.Errorf("--dedup-window must not be negative, not %s", c.DedupWindow))
 	}
 	if c.NodeID == "" && (c.Peers != "" || c.ClusterAddr != "") {
 		problems = append(problems, errors.New("--peers and --cluster-addr need --node-id"))
