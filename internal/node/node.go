@@ -25,8 +25,8 @@ import (
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/internal/cluster"
-	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/mirror"
+	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/webhook"
 )
 
