@@ -41,6 +41,8 @@ var archRules = []struct {
 		"pebblestore implements core.Store and knows no HTTP layer"},
 	{"./webhook/...", []string{module + "/gateway"},
 		"the pusher drives core directly; the pulled-message JSON it posts is internal/wire's"},
+	{"./mirror/...", []string{module + "/gateway", module + "/pebblestore"},
+		"the mirror runner drives core through its Broker interface and reads sources through the SDK"},
 	{"./internal/wire/...", []string{module + "/gateway", "net/http"},
 		"wire writes JSON documents and serves no HTTP"},
 }
@@ -110,7 +112,7 @@ func TestPackageDependenciesCanFail(t *testing.T) {
 // routing broker can stand behind them. An import rule cannot say this,
 // since both packages rightly import core for its types.
 func TestBrokerInterfaces(t *testing.T) {
-	lines := goList(t, "-e", "-f", "{{.Dir}}{{range .GoFiles}} {{.}}{{end}}", "./gateway/...", "./webhook/...")
+	lines := goList(t, "-e", "-f", "{{.Dir}}{{range .GoFiles}} {{.}}{{end}}", "./gateway/...", "./webhook/...", "./mirror/...")
 	files := 0
 	for _, line := range lines {
 		fields := strings.Fields(line)

@@ -63,4 +63,11 @@ type Broker interface {
 	GetMessage(topic, id string) (*core.Message, []core.MessageState, error)
 	// QueryMessages answers one page of q.
 	QueryMessages(ctx context.Context, topic string, q core.Query) ([]*core.Message, *core.QueryCursor, error)
+
+	// PutMirror creates or updates a mirror (SPEC §8) and reports whether
+	// it created it.
+	PutMirror(ctx context.Context, name string, cfg core.MirrorConfig) (core.MirrorInfo, bool, error)
+	GetMirror(name string) (core.MirrorInfo, error)
+	ListMirrors() []core.MirrorInfo
+	DeleteMirror(ctx context.Context, name string) error
 }

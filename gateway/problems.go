@@ -40,6 +40,7 @@ var problemTable = []struct {
 	{core.ErrTopicNotFound, problemKind{404, "topic_not_found", "Topic not found"}},
 	{core.ErrSubscriptionNotFound, problemKind{404, "subscription_not_found", "Subscription not found"}},
 	{core.ErrMessageNotFound, problemKind{404, "message_not_found", "Message not found"}},
+	{core.ErrMirrorNotFound, problemKind{404, "mirror_not_found", "Mirror not found"}},
 	{core.ErrQueueCountDecrease, problemKind{409, "queue_count_decrease", "Queue count cannot decrease"}},
 	{core.ErrModeConflict, problemKind{409, "subscription_mode_conflict", "Subscription mode conflict"}},
 	{core.ErrMessageTooLarge, problemKind{413, "message_too_large", "Message too large"}},

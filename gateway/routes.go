@@ -65,6 +65,11 @@ func (s *Server) routes() *chi.Mux {
 	m.Get("/v1/topics/{topic}/subscriptions/{group}/dlq", s.api(ActionAdmin, s.listDeadLetters))
 	m.Post("/v1/topics/{topic}/subscriptions/{group}/dlq:redrive", s.api(ActionAdmin, s.redrive))
 
+	m.Get("/v1/mirrors", s.api(ActionAdmin, s.listMirrors))
+	m.Put("/v1/mirrors/{name}", s.api(ActionAdmin, s.putMirror))
+	m.Get("/v1/mirrors/{name}", s.api(ActionAdmin, s.getMirror))
+	m.Delete("/v1/mirrors/{name}", s.api(ActionAdmin, s.deleteMirror))
+
 	m.Get("/v1/cluster", s.api(ActionAdmin, s.getCluster))
 	m.Post("/v1/cluster/members", s.api(ActionAdmin, s.addMember))
 	m.Delete("/v1/cluster/members/{id}", s.api(ActionAdmin, s.removeMember))
@@ -136,7 +141,7 @@ func (s *Server) timed(op string, h handlerFunc) handlerFunc {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	_ = writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "region": s.opts.Region})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {

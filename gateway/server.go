@@ -57,7 +57,13 @@ type Options struct {
 	// HTTPAddr is the single node's advertised HTTP host:port in GET
 	// /v1/cluster; empty means the address the request came in on.
 	HTTPAddr string
+	// Region names the broker's region in GET /healthz (SPEC §8; default
+	// "local").
+	Region string
 }
+
+// DefaultRegion is the region a broker started without --region names.
+const DefaultRegion = "local"
 
 // Server is the HTTP front of a broker.
 type Server struct {
@@ -97,6 +103,9 @@ func New(b Broker, opts Options) (*Server, error) {
 	}
 	if opts.NodeID == "" {
 		opts.NodeID = DefaultNodeID
+	}
+	if opts.Region == "" {
+		opts.Region = DefaultRegion
 	}
 	doc, err := LoadSpec()
 	if err != nil {

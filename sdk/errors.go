@@ -112,6 +112,8 @@ var (
 	ErrMemberNotFound = newCode("member_not_found") // 404
 	ErrMemberConflict = newCode("member_conflict")  // 409
 	ErrNotClustered   = newCode("not_clustered")    // 409
+	// Mirrors (SPEC §8).
+	ErrMirrorNotFound = newCode("mirror_not_found") // 404
 	// Codes of openapi.yaml beyond SPEC §4.
 	ErrNotFound         = newCode("not_found")          // 404: no such path
 	ErrMethodNotAllowed = newCode("method_not_allowed") // 405

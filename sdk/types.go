@@ -464,3 +464,66 @@ func decodeBody(body, encoding string) ([]byte, error) {
 	}
 	return []byte(body), nil
 }
+
+// --------------------------------------------------------------- mirrors
+
+// Mirror states (Mirror.State, MirrorConfig.State).
+const (
+	MirrorRunning = "running"
+	MirrorPaused  = "paused"
+	MirrorFailing = "failing"
+)
+
+// MirrorSource is the broker and topic a mirror copies from. Token is sent,
+// never shown back.
+type MirrorSource struct {
+	URL   string `json:"url"`
+	Topic string `json:"topic"`
+	Token string `json:"token,omitempty"`
+}
+
+// MirrorAlerts holds a mirror's alert threshold on its lag.
+type MirrorAlerts struct {
+	MaxLag     *int64  `json:"maxLag,omitempty"`
+	WebhookURL *string `json:"webhookUrl,omitempty"`
+}
+
+// MirrorConfig is the body of PUT /v1/mirrors/{name}: copy Source's topic
+// into the local Topic. Filter defaults to "*", StartFrom to "earliest",
+// State to "running".
+type MirrorConfig struct {
+	Source    MirrorSource  `json:"source"`
+	Topic     string        `json:"topic"`
+	Filter    string        `json:"filter,omitempty"`
+	StartFrom string        `json:"startFrom,omitempty"`
+	State     string        `json:"state,omitempty"`
+	Alerts    *MirrorAlerts `json:"alerts,omitempty"`
+}
+
+// Mirror is a mirror's configuration and state. Lag is the source
+// subscription's lag; Copied counts the messages stored here.
+type Mirror struct {
+	Name         string        `json:"name"`
+	Source       MirrorSource  `json:"source"`
+	Topic        string        `json:"topic"`
+	Filter       string        `json:"filter"`
+	StartFrom    string        `json:"startFrom"`
+	Alerts       *MirrorAlerts `json:"alerts,omitempty"`
+	CreatedAt    time.Time     `json:"createdAt"`
+	State        string        `json:"state"`
+	Lag          int64         `json:"lag"`
+	Copied       int64         `json:"copied"`
+	LastCopiedAt *time.Time    `json:"lastCopiedAt"`
+	LastError    *string       `json:"lastError"`
+}
+
+// MirrorList is the reply of GET /v1/mirrors.
+type MirrorList struct {
+	Mirrors []Mirror `json:"mirrors"`
+}
+
+// Health is the reply of GET /healthz.
+type Health struct {
+	Status string `json:"status"`
+	Region string `json:"region,omitempty"`
+}

@@ -71,6 +71,8 @@ func parseConfig(args []string, getenv func(string) string, output io.Writer) (c
 	fs.IntVar(&nc.MaxConnections, "max-connections", nc.MaxConnections, "most client connections served at once; more wait in the listen backlog")
 	fs.Int64Var(&nc.BodyBudgetBytes, "body-budget-bytes", nc.BodyBudgetBytes, "request-body bytes held by all requests in flight together: a request whose body does not fit gets 429 too_many_requests before it is read, unless it is alone (TIDEMQ_BODY_BUDGET_BYTES)")
 	fs.StringVar(&nc.JaegerUI, "jaeger-ui", nc.JaegerUI, "Jaeger UI base URL, for trace links in the console (TIDEMQ_JAEGER_UI)")
+	fs.StringVar(&nc.Region, "region", nc.Region, "this broker's region, answered by GET /healthz and recorded in the path of every mirrored copy (TIDEMQ_REGION)")
+	fs.DurationVar(&nc.DedupWindow, "dedup-window", nc.DedupWindow, "how long a send's dedupKey is remembered (TIDEMQ_DEDUP_WINDOW)")
 	fs.StringVar(&nc.NodeID, "node-id", nc.NodeID, "cluster: this node's name; with it the node is a member of a raft group (TIDEMQ_NODE_ID)")
 	fs.StringVar(&nc.ClusterAddr, "cluster-addr", nc.ClusterAddr, "cluster: host:port to listen on for node-to-node traffic (TIDEMQ_CLUSTER_ADDR)")
 	fs.StringVar(&nc.ClusterAdvertise, "cluster-advertise", nc.ClusterAdvertise, "cluster: host:port the other nodes dial to reach this one; default --cluster-addr (TIDEMQ_CLUSTER_ADVERTISE)")

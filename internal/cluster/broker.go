@@ -201,3 +201,34 @@ func (l LeaderBroker) QueryMessages(ctx context.Context, topic string, q core.Qu
 	}
 	return b.QueryMessages(ctx, topic, q)
 }
+
+func (l LeaderBroker) PutMirror(ctx context.Context, name string, cfg core.MirrorConfig) (core.MirrorInfo, bool, error) {
+	b, err := l.get()
+	if err != nil {
+		return core.MirrorInfo{}, false, err
+	}
+	return b.PutMirror(ctx, name, cfg)
+}
+
+func (l LeaderBroker) GetMirror(name string) (core.MirrorInfo, error) {
+	b, err := l.get()
+	if err != nil {
+		return core.MirrorInfo{}, err
+	}
+	return b.GetMirror(name)
+}
+
+func (l LeaderBroker) ListMirrors() []core.MirrorInfo {
+	if b := l.c.Broker(); b != nil {
+		return b.ListMirrors()
+	}
+	return nil
+}
+
+func (l LeaderBroker) DeleteMirror(ctx context.Context, name string) error {
+	b, err := l.get()
+	if err != nil {
+		return err
+	}
+	return b.DeleteMirror(ctx, name)
+}

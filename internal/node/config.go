@@ -46,6 +46,12 @@ type Config struct {
 	ConsumerExpiry  time.Duration
 	ShutdownTimeout time.Duration // how long the binary's SIGTERM waits for in-flight requests
 	JaegerUI        string        // Jaeger UI base URL for trace links in the console
+	// Region names this broker's region (SPEC §8): GET /healthz answers it
+	// and mirrors record it in each copy's path ("" is "local").
+	Region string
+	// DedupWindow is how long a send's dedup key is remembered (tests
+	// shorten it; 0 is 5 minutes).
+	DedupWindow time.Duration
 
 	// Cluster (SPEC §7.1): a node with NodeID is a member of a raft group;
 	// without it, a single node as before.
@@ -77,6 +83,7 @@ func Defaults() Config {
 		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: SpanPipelineLean,
 		MaxMessageBytes: core.DefaultMaxMessageBytes, MaxConnections: 10000, MinFreeBytes: 128 << 20,
 		BodyBudgetBytes: gateway.DefaultBodyBudgetBytes, ConsumerExpiry: 2 * time.Minute, ShutdownTimeout: 30 * time.Second,
+		Region: gateway.DefaultRegion, DedupWindow: core.DedupWindow,
 	}
 }
 
@@ -128,6 +135,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	str("TIDEMQ_JAEGER_UI", &c.JaegerUI)
+	str("TIDEMQ_REGION", &c.Region)
 	str("TIDEMQ_NODE_ID", &c.NodeID)
 	str("TIDEMQ_CLUSTER_ADDR", &c.ClusterAddr)
 	str("TIDEMQ_CLUSTER_ADVERTISE", &c.ClusterAdvertise)
@@ -137,7 +145,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	str("TIDEMQ_CLUSTER_TLS_CERT", &c.ClusterTLSCert)
 	str("TIDEMQ_CLUSTER_TLS_KEY", &c.ClusterTLSKey)
 	str("TIDEMQ_CLUSTER_TLS_CA", &c.ClusterTLSCA)
-	for name, dst := range map[string]*time.Duration{"TIDEMQ_RAFT_HEARTBEAT": &c.RaftHeartbeat, "TIDEMQ_RAFT_SNAPSHOT_INTERVAL": &c.RaftSnapshotInterval} {
+	for name, dst := range map[string]*time.Duration{"TIDEMQ_DEDUP_WINDOW": &c.DedupWindow, "TIDEMQ_RAFT_HEARTBEAT": &c.RaftHeartbeat, "TIDEMQ_RAFT_SNAPSHOT_INTERVAL": &c.RaftSnapshotInterval} {
 		if v := getenv(name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -175,6 +183,12 @@ func (c Config) Check() error {
 	}
 	if !c.Insecure && c.Tokens == "" && !Loopback(c.Addr) {
 		problems = append(problems, fmt.Errorf("--addr %s listens beyond loopback without --tokens: anyone who can reach it could use the broker; give --insecure to do it anyway", c.Addr))
+	}
+	if err := core.ValidateName("region", c.Region); c.Region != "" && (err != nil || len(c.Region) > 64) {
+		problems = append(problems, fmt.Errorf("--region must be 1-64 characters matching ^[A-Za-z0-9][A-Za-z0-9._-]*$, not %q", c.Region))
+	}
+	if c.DedupWindow < 0 {
+		problems = append(problems, fmt.Errorf("--dedup-window must not be negative, not %s", c.DedupWindow))
 	}
 	if c.NodeID == "" && (c.Peers != "" || c.ClusterAddr != "") {
 		problems = append(problems, errors.New("--peers and --cluster-addr need --node-id"))

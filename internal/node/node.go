@@ -25,6 +25,7 @@ import (
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/internal/cluster"
+	"github.com/tidemq/tidemq/mirror"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/webhook"
 )
@@ -41,6 +42,7 @@ type Node struct {
 	cluster  *cluster.Cluster
 	gw       *gateway.Server
 	pusher   *webhook.Pusher // nil on a cluster node
+	mirrors  *mirror.Runner  // nil on a cluster node
 	ln       net.Listener
 	srv      *http.Server
 	serveErr chan error
@@ -100,7 +102,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		Logger: log, AutoCreate: cfg.AutoCreate, NoSync: cfg.Fsync == "never",
 		MaxMessageBytes: cfg.MaxMessageBytes, TracerProvider: n.tel.tracerProvider,
 		MeterProvider: n.tel.meterProvider, Notifier: n.notifier, MinFreeBytes: cfg.MinFreeBytes,
-		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey,
+		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey, DedupWindow: cfg.DedupWindow,
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -124,7 +126,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		served = n.broker
 	}
 	gwOpts := gateway.Options{Logger: log, MaxMessageBytes: cfg.MaxMessageBytes,
-		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI}
+		BodyBudgetBytes: cfg.BodyBudgetBytes, MeterProvider: n.tel.meterProvider, Metrics: n.tel.metrics, JaegerUI: cfg.JaegerUI,
+		Region: cfg.Region}
 	if n.cluster != nil {
 		gwOpts.Cluster, gwOpts.NodeID = n.cluster, cfg.NodeID
 	}
@@ -145,6 +148,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 			return nil, err
 		}
 		closers = append(closers, n.pusher.Close)
+		n.mirrors, err = mirror.New(n.broker, n.mirrorOptions())
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, n.mirrors.Close)
 	}
 	n.ln = netutil.LimitListener(ln, cfg.MaxConnections)
 	n.srv = &http.Server{
@@ -204,9 +212,19 @@ func (n *Node) startCluster(cfg Config, httpAddr string, opts core.Options) (*cl
 			if err != nil {
 				return nil, nil, errors.Join(err, b.Close())
 			}
-			return b, func() error { return errors.Join(pusher.Close(), b.Close()) }, nil
+			mirrors, err := mirror.New(b, n.mirrorOptions())
+			if err != nil {
+				return nil, nil, errors.Join(err, pusher.Close(), b.Close())
+			}
+			return b, func() error { return errors.Join(mirrors.Close(), pusher.Close(), b.Close()) }, nil
 		},
 	})
+}
+
+// mirrorOptions configure the mirror runner that runs with the broker
+// (on a cluster, on the leader only).
+func (n *Node) mirrorOptions() mirror.Options {
+	return mirror.Options{Logger: n.log, Region: n.cfg.Region, MeterProvider: n.tel.meterProvider}
 }
 
 // Tracing reports whether spans are exported (the OTEL_* variables asked).
@@ -242,8 +260,8 @@ func (n *Node) SpansDropped() uint64 {
 }
 
 // Shutdown answers parked long polls, drains in-flight requests until ctx
-// ends (then closes the connections left), and closes the pusher, broker,
-// notifier, store and telemetry, in that order. Later calls return the
+// ends (then closes the connections left), and closes the mirror runner,
+// pusher, broker, notifier, store and telemetry, in that order. Later calls return the
 // first call's result.
 func (n *Node) Shutdown(ctx context.Context) error {
 	n.shutdownOnce.Do(func() {
@@ -260,7 +278,7 @@ func (n *Node) Shutdown(ctx context.Context) error {
 		if n.cluster != nil {
 			stopBroker = n.cluster.Close()
 		} else {
-			stopBroker = errors.Join(n.pusher.Close(), n.broker.Close())
+			stopBroker = errors.Join(n.mirrors.Close(), n.pusher.Close(), n.broker.Close())
 		}
 		n.shutdownErr = errors.Join(err, stopBroker, n.notifier.Close(), n.store.Close(), n.tel.close(ctx))
 	})
