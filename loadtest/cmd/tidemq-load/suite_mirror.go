@@ -30,9 +30,11 @@ import (
 const (
 	mirrorPhaseName = "mirror-batch100-p16-1KiB"
 	mirrorName      = "loadtest"
-	// mirrorCatchUp bounds the wait for the mirror once the producers
-	// stopped (beyond -drain, when that is longer).
-	mirrorCatchUp = time.Minute
+	// After the sends the suite waits for the mirror while it makes
+	// progress: it gives up once the destination gained nothing for
+	// mirrorStall (or -drain, when longer), or after mirrorCatchUp in all.
+	mirrorStall   = 30 * time.Second
+	mirrorCatchUp = 10 * time.Minute
 )
 
 // mirrorReport is what the mirror did in the measured run.
@@ -92,16 +94,17 @@ func runMirrorSuite(ctx context.Context, c config, log *slog.Logger, progress, s
 		gzip: c.gzip, clients: c.clients, childBin: bin, brokerBin: bin, brokerWork: work}
 	res := mirrorResult{Command: strings.Join(append([]string{"tidemq-load"}, os.Args[1:]...), " ")}
 	res.Machine = describeMachine(c.dir)
-	err = s.runMirror(ctx, c.sc.Messages, max(c.sc.DrainTimeout, mirrorCatchUp), &res)
+	err = s.runMirror(ctx, c.sc.Messages, c.sc.Producers.Rate, max(c.sc.DrainTimeout, mirrorStall), &res)
 	res.Machine.LoadAfter = loadAverage()
 	res.Machine.Took = time.Since(res.Machine.Start)
 	return errors.Join(err, writeReports(stdout, c, res, res.writeMarkdown))
 }
 
 // runMirror starts the two regions, runs the load on the source (messages
-// of them, or for the suite's duration when 0), waits for the mirror to
-// catch up (at most catchUp) and measures it into res.
-func (c *suite) runMirror(ctx context.Context, messages int64, catchUp time.Duration, res *mirrorResult) (err error) {
+// of them, or for the suite's duration when 0; open loop at rate msg/s
+// when above 0), waits for the mirror to catch up (see mirrorStall) and
+// measures it into res.
+func (c *suite) runMirror(ctx context.Context, messages int64, rate float64, stall time.Duration, res *mirrorResult) (err error) {
 	procs := map[string]*brokerProc{}
 	defer func() {
 		for r, p := range procs {
@@ -149,7 +152,7 @@ func (c *suite) runMirror(ctx context.Context, messages int64, catchUp time.Dura
 		return err
 	}
 
-	sc.Topic, sc.Messages = topic, messages
+	sc.Topic, sc.Messages, sc.Producers.Rate = topic, messages, rate
 	if messages > 0 {
 		sc.Duration = 0
 	}
@@ -172,7 +175,9 @@ func (c *suite) runMirror(ctx context.Context, messages int64, catchUp time.Dura
 
 	// Caught up: the mirror without lag and the destination holding at
 	// least what the source does.
-	deadline := time.Now().Add(catchUp)
+	deadline := time.Now().Add(mirrorCatchUp)
+	var gained int64
+	gainedAt := time.Now()
 	for {
 		st, err := dstAdmin.Mirror(ctx, mirrorName)
 		if err != nil {
@@ -187,9 +192,12 @@ func (c *suite) runMirror(ctx context.Context, messages int64, catchUp time.Dura
 		if st.Lag == 0 && dTop.Messages >= sTop.Messages {
 			break
 		}
-		if time.Now().After(deadline) {
-			c.logf("   the mirror has not caught up %v after the sends: %d of %d copied, state %s, lag %d, last error %q",
-				catchUp, dTop.Messages, sTop.Messages, st.State, st.Lag, st.LastError)
+		if dTop.Messages > gained {
+			gained, gainedAt = dTop.Messages, time.Now()
+		}
+		if time.Since(gainedAt) > stall || time.Now().After(deadline) {
+			c.logf("   the mirror has not caught up (nothing copied for %v, or %v in all): %d of %d copied, state %s, lag %d, last error %q",
+				stall, mirrorCatchUp, dTop.Messages, sTop.Messages, st.State, st.Lag, st.LastError)
 			break
 		}
 		select {
