@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/tidemq/tidemq/core"
 )
@@ -306,5 +309,85 @@ func TestMirrorStatusReported(t *testing.T) {
 	e.b.ReportMirror("m", core.MirrorStatus{Lag: 0, LastError: "source down"})
 	if got, _ := e.b.GetMirror("m"); got.State != core.MirrorRunning || got.Lag != 0 {
 		t.Fatalf("recovered: %+v", got)
+	}
+}
+
+type alertRecorder struct {
+	mu     sync.Mutex
+	alerts []core.Alert
+}
+
+func (r *alertRecorder) Notify(a core.Alert) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.alerts = append(r.alerts, a)
+}
+
+func (r *alertRecorder) seen() []core.Alert {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.alerts)
+}
+
+// A mirror's lag alerts like a subscription's, and its lag, copies and
+// state are metrics.
+func TestMirrorLagAlertsAndMetrics(t *testing.T) {
+	rec := &alertRecorder{}
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	e := newEnv(t, core.Options{Notifier: rec, AlertInterval: 5 * time.Millisecond, MeterProvider: mp})
+	e.putTopic("copies", 1)
+	maxLag := int64(5)
+	e.putMirror("m", core.MirrorConfig{Source: mirrorSrc, Topic: "copies", Alerts: &core.AlertConfig{MaxLag: &maxLag, WebhookURL: "http://hook"}})
+	if _, err := e.b.SendMirrored(t.Context(), "m", []core.MirrorCopy{copyOf(0, 0), copyOf(0, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	waitAlerts := func(n int) []core.Alert {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for len(rec.seen()) < n {
+			if time.Now().After(deadline) {
+				t.Fatalf("alerts %+v, want %d", rec.seen(), n)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return rec.seen()
+	}
+	e.b.ReportMirror("m", core.MirrorStatus{Lag: 9, Failing: true, LastError: "x"})
+	a := waitAlerts(1)[0]
+	if a.Status != "firing" || a.Alert != "lag" || a.Mirror != "m" || a.Group != "mirror.m" || a.Topic != "copies" || a.Value != 9 || a.Max != 5 || a.WebhookURL != "http://hook" {
+		t.Fatalf("alert %+v", a)
+	}
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					if v, _ := p.Attributes.Value("mirror"); v.AsString() == "m" {
+						got[m.Name] = p.Value
+					}
+				}
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if v, _ := p.Attributes.Value("mirror"); v.AsString() == "m" {
+						got[m.Name] = p.Value
+					}
+				}
+			}
+		}
+	}
+	if want := map[string]int64{"tidemq.mirror.lag": 9, "tidemq.mirror.copied": 2, "tidemq.mirror.failing": 1}; !maps.Equal(got, want) {
+		t.Errorf("mirror metrics %v, want %v", got, want)
+	}
+
+	e.b.ReportMirror("m", core.MirrorStatus{Lag: 5})
+	if a := waitAlerts(2)[1]; a.Status != "resolved" || a.Value != 5 {
+		t.Fatalf("alert %+v", a)
 	}
 }

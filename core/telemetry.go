@@ -91,6 +91,13 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	topicMsgs := gauge("tidemq.topic.messages", "{message}", "Messages retained, per topic.")
 	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
+	mirrorLag := gauge("tidemq.mirror.lag", "{message}", "Messages of a mirror's source not yet copied here (its source subscription's lag), per mirror.")
+	mirrorFailing := gauge("tidemq.mirror.failing", "1", "1 while a mirror's last attempt to read its source or store here failed, per mirror.")
+	var mirrorCopied metric.Int64ObservableCounter
+	if err == nil {
+		mirrorCopied, err = m.Int64ObservableCounter("tidemq.mirror.copied", metric.WithUnit("{message}"),
+			metric.WithDescription("Messages a mirror stored here, per mirror (kept across restarts)."))
+	}
 	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
 		return nil, err
@@ -114,6 +121,16 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 				o.ObserveInt64(dlq, s.DLQ, a)
 			}
 		}
+		for _, mi := range b.ListMirrors() {
+			a := metric.WithAttributes(attribute.String("mirror", mi.Name), attribute.String("topic", mi.Topic))
+			o.ObserveInt64(mirrorLag, mi.Lag, a)
+			o.ObserveInt64(mirrorCopied, int64(mi.Copied), a)
+			failing := int64(0)
+			if mi.State == MirrorFailing {
+				failing = 1
+			}
+			o.ObserveInt64(mirrorFailing, failing, a)
+		}
 		if st, ok := b.store.(StatsReporter); ok {
 			stats := st.Stats()
 			o.ObserveInt64(storeBytes, stats.DiskBytes)
@@ -122,7 +139,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped, mirrorLag, mirrorFailing, mirrorCopied)
 	return t, err
 }
 

@@ -133,19 +133,15 @@ type Runner struct {
 	mu      sync.Mutex
 	copiers map[string]*copier
 
-	copied metric.Int64Counter
-	errs   metric.Int64Counter
+	errs metric.Int64Counter
 }
 
 // New starts running b's mirrors; Close stops them.
 func New(b Broker, opts Options) (*Runner, error) {
 	opts.withDefaults()
 	m := opts.MeterProvider.Meter("github.com/tidemq/tidemq/mirror")
-	copied, err := m.Int64Counter("tidemq.mirror.copied", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages a mirror stored here, per mirror."))
-	if err != nil {
-		return nil, err
-	}
+	// Lag, copies and state are the broker's metrics (core), from what
+	// the runner reports and the skip records count.
 	errs, err := m.Int64Counter("tidemq.mirror.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed attempts of a mirror to read its source or store here, per mirror."))
 	if err != nil {
@@ -153,7 +149,7 @@ func New(b Broker, opts Options) (*Runner, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{b: b, opts: opts, log: opts.Logger.With("component", "mirror"), ctx: ctx, cancel: cancel,
-		copiers: map[string]*copier{}, copied: copied, errs: errs}
+		copiers: map[string]*copier{}, errs: errs}
 	r.wg.Go(r.reconcileLoop)
 	return r, nil
 }
@@ -434,12 +430,8 @@ func (c *copier) store(msgs []sdk.PulledMessage) error {
 		}
 		copies[i].Msg = cp
 	}
-	n, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies)
-	if err != nil {
+	if _, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies); err != nil {
 		return fmt.Errorf("storing copies here: %w", err)
-	}
-	if n > 0 {
-		c.r.copied.Add(context.Background(), int64(n), c.attrs)
 	}
 	res, err := c.client.Ack(c.ctx, c.rec.Source.Topic, c.group, sdk.AckRequest{ReceiptHandles: handles})
 	if err != nil {
