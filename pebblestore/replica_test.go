@@ -116,7 +116,7 @@ func flushAt(t *testing.T, s *pebblestore.Store, n, every int) {
 // covered each kind of write.
 type workloadCounts struct {
 	sent, deduped, delayedDue, acked, nacked, dead, redriven, expired, seeks, retained int
-	mirrored, mirrorSkipped                                                           int
+	mirrored, mirrorSkipped                                                            int
 }
 
 // runWorkload drives b through the core API: topics of several queues,
@@ -280,7 +280,7 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 			if mrng.IntN(5) > 0 {
 				cp.Msg = &core.Message{Body: fmt.Appendf(nil, "copy-r%d-%d", round, i), ShardingKey: fmt.Sprintf("k%d", mrng.IntN(3)),
 					Properties: map[string]string{core.PropMirrorPath: "hz", core.PropMirrorSourceMessageID: fmt.Sprintf("src-%d-%d", q, off)},
-					DedupKey: fmt.Sprintf("src-%d-%d", q, off), BornAtMs: clk.Now().Add(-time.Minute).UnixMilli()}
+					DedupKey:   fmt.Sprintf("src-%d-%d", q, off), BornAtMs: clk.Now().Add(-time.Minute).UnixMilli()}
 			}
 			copies = append(copies, cp)
 		}
