@@ -459,8 +459,11 @@ func (b *Broker) SendMirrored(ctx context.Context, name string, copies []MirrorC
 			msg.QueueID = t.rr.Add(1) % nq
 		}
 	}
+	spans := b.tel.beginLinkedSends(ctx, msgs, b.now())
 	req := &request{kind: reqAppend, topic: t, msgs: msgs, mirror: &mirrorWrite{m: m, srcs: srcs, skipped: skipped}}
-	if err := b.submit(ctx, req); err != nil {
+	err = b.submit(ctx, req)
+	spans.end(topicName, msgs, req.results, err)
+	if err != nil {
 		return 0, err
 	}
 	stored := 0

@@ -391,3 +391,45 @@ func TestMirrorLagAlertsAndMetrics(t *testing.T) {
 		t.Fatalf("alert %+v", a)
 	}
 }
+
+// A copy's send span is a child of its source message's trace (the
+// source's traceparent), and its deliveries here follow in that trace.
+func TestMirrorCopyJoinsSourceTrace(t *testing.T) {
+	const srcTrace, srcSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	for _, tracer := range tracers {
+		t.Run(tracer, func(t *testing.T) {
+			b, ended := tracedBroker(t, tracer)
+			ctx := t.Context()
+			if _, _, err := b.PutMirror(ctx, "m", core.MirrorConfig{Source: mirrorSrc, Topic: "copies"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := b.PutSubscription(ctx, "copies", "g", core.SubscriptionConfig{}); err != nil {
+				t.Fatal(err)
+			}
+			cp := copyOf(0, 0)
+			cp.Msg.Traceparent = "00-" + srcTrace + "-" + srcSpan + "-01"
+			if _, err := b.SendMirrored(ctx, "m", []core.MirrorCopy{cp}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := b.Pull(ctx, "copies", "g", core.PullRequest{MaxMessages: 1})
+			if err != nil || len(got) != 1 {
+				t.Fatalf("pull: %d, %v", len(got), err)
+			}
+			if tp := got[0].Traceparent; len(tp) != 55 || tp[3:35] != srcTrace {
+				t.Errorf("the pulled copy's traceparent %q is not in the source's trace", tp)
+			}
+			found := false
+			for _, s := range ended() {
+				if s.Name() == core.SpanSend && s.SpanContext().TraceID().String() == srcTrace {
+					found = true
+					if p := s.Parent().SpanID().String(); p != srcSpan {
+						t.Errorf("the copy's send span has parent %s, want the source's %s", p, srcSpan)
+					}
+				}
+			}
+			if !found {
+				t.Error("no send span in the source's trace")
+			}
+		})
+	}
+}

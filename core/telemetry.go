@@ -275,6 +275,46 @@ type sendSpans struct {
 	start  time.Time
 	spans  []trace.Span        // with a plain tracer
 	scs    []trace.SpanContext // with a spanRecorder
+	// parents, when set, are each message's own parent (beginLinkedSends).
+	parents []trace.SpanContext
+}
+
+// parentOf is the parent of message i's send span.
+func (s sendSpans) parentOf(i int) trace.SpanContext {
+	if s.parents != nil {
+		return s.parents[i]
+	}
+	return s.parent
+}
+
+// beginLinkedSends is beginSends for messages that continue traces of
+// their own: mirrored copies, whose Traceparent is their source message's.
+// Each send span is a child of its message's traceparent, and the message
+// carries the send span's; without tracing, the source's stays.
+func (t *telemetry) beginLinkedSends(ctx context.Context, msgs []*Message, now time.Time) sendSpans {
+	s := sendSpans{tel: t, start: now}
+	if !t.tracing {
+		return s
+	}
+	s.parents = make([]trace.SpanContext, len(msgs))
+	for i, m := range msgs {
+		s.parents[i] = parseTraceparent(m.Traceparent)
+	}
+	if t.recorder != nil {
+		s.scs = make([]trace.SpanContext, len(msgs))
+		for i, m := range msgs {
+			s.scs[i] = t.recorder.NewSpanContext(s.parents[i], SpanSend, trace.SpanKindProducer)
+			m.Traceparent = formatTraceparent(s.scs[i])
+		}
+		return s
+	}
+	s.spans = make([]trace.Span, len(msgs))
+	startOpts := []trace.SpanStartOption{producerKind, trace.WithTimestamp(now)}
+	for i, m := range msgs {
+		_, s.spans[i] = t.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, s.parents[i]), SpanSend, startOpts...)
+		m.Traceparent = formatTraceparent(s.spans[i].SpanContext())
+	}
+	return s
 }
 
 // beginSends starts the send spans and stamps each message with its
@@ -326,7 +366,7 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 			}
 		}
 		if s.scs != nil && err == nil {
-			s.tel.recorder.RecordSpan(s.scs[i], s.parent, SpanSend, trace.SpanKindProducer, s.start, now, attrs)
+			s.tel.recorder.RecordSpan(s.scs[i], s.parentOf(i), SpanSend, trace.SpanKindProducer, s.start, now, attrs)
 			continue
 		}
 		var sp trace.Span
@@ -336,7 +376,7 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 			// A failed send through a recorder: the error needs a span of
 			// its own (the message was not stored, so nothing refers to
 			// the context it was given).
-			_, sp = s.tel.tracer.Start(trace.ContextWithSpanContext(context.Background(), s.parent), SpanSend,
+			_, sp = s.tel.tracer.Start(trace.ContextWithSpanContext(context.Background(), s.parentOf(i)), SpanSend,
 				producerKind, trace.WithTimestamp(s.start))
 		}
 		sp.SetAttributes(attrs...)
