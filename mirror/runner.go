@@ -96,7 +96,9 @@ func (o *Options) withDefaults() {
 	if o.Wait <= 0 {
 		o.Wait = 20 * time.Second
 	}
-	o.Wait = min(o.Wait, 30*time.Second)
+	// Whole seconds, as the pull takes them: a wait of 0 would answer at
+	// once and the copier would poll in a tight loop.
+	o.Wait = min(max(o.Wait, time.Second), 30*time.Second)
 	if o.BatchSize <= 0 {
 		o.BatchSize = 256
 	}
@@ -367,6 +369,7 @@ func (c *copier) attempt() error {
 	}
 	c.held = nil
 	wait := c.r.opts.Wait
+	began := time.Now()
 	msgs, err := c.client.Pull(c.ctx, c.rec.Source.Topic, c.group, sdk.PullRequest{MaxMessages: c.r.opts.BatchSize,
 		WaitSeconds: int(wait / time.Second), InvisibleSeconds: leaseSeconds, ConsumerID: c.group})
 	if err != nil {
@@ -381,6 +384,11 @@ func (c *copier) attempt() error {
 	}
 	if len(msgs) == 0 || time.Since(c.statusAt) >= c.r.opts.StatusEvery {
 		c.readStatus()
+	}
+	if len(msgs) == 0 && time.Since(began) < wait/2 {
+		// An empty answer before the wait was up: the source is stopping
+		// (it answers parked polls at once then). Not a tight loop.
+		sleep(c.ctx, c.r.opts.MinBackoff)
 	}
 	return nil
 }
