@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -101,6 +102,7 @@ func TestMirrorCopiesKeepsFieldsAndRecovers(t *testing.T) {
 	dst := sdkClient(t, sg.URL, "")
 	c := sg.client(t)
 	ctx := t.Context()
+	top := t
 
 	if _, _, err := src.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 4}); err != nil {
 		t.Fatal(err)
@@ -246,6 +248,44 @@ func TestMirrorCopiesKeepsFieldsAndRecovers(t *testing.T) {
 		})
 	})
 
+	t.Run("source down fails, then recovers", func(t *testing.T) {
+		hz.srv.Close()
+		eventually(t, 20*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if m.State != sdk.MirrorFailing || m.LastError == nil || !strings.Contains(*m.LastError, "refused") {
+				return fmt.Errorf("mirror %+v", m)
+			}
+			return nil
+		})
+		if _, err := hz.b.Send(ctx, "orders", []*core.Message{{Body: []byte("while down")}}); err != nil {
+			t.Fatal(err)
+		}
+		// The source comes back at its address.
+		ln, err := net.Listen("tcp", hz.Addr)
+		if err != nil {
+			t.Fatalf("listening again on %s: %v", hz.Addr, err)
+		}
+		back := &http.Server{Handler: hz.gw, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = back.Serve(ln) }()
+		top.Cleanup(func() { // runs before the broker's cleanup, registered earlier
+			hz.b.StopPolling()
+			_ = back.Close()
+		})
+		eventually(t, 30*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if n := countMessages(t, dst, "orders"); m.State != sdk.MirrorRunning || n != int64(len(sent))+2 {
+				return fmt.Errorf("%d copies, mirror %+v", n, m)
+			}
+			return nil
+		})
+	})
+
 	t.Run("delete stops it", func(t *testing.T) {
 		c := c.on(t)
 		wantStatus(t, c.do("DELETE", "/v1/mirrors/from-hz", nil), http.StatusNoContent)
@@ -262,8 +302,8 @@ func TestMirrorCopiesKeepsFieldsAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond) // a copier still running would copy it by now
-		if n := countMessages(t, dst, "orders"); n != int64(len(sent))+1 {
-			t.Errorf("%d copies after the delete, want %d", n, len(sent)+1)
+		if n := countMessages(t, dst, "orders"); n != int64(len(sent))+2 {
+			t.Errorf("%d copies after the delete, want %d", n, len(sent)+2)
 		}
 	})
 }
