@@ -187,7 +187,8 @@ func (r *Runner) reconcileLoop() {
 
 // reconcile starts a copier for each running mirror, restarts it when its
 // definition changed, and stops it when the mirror is paused or gone; the
-// source subscription of a deleted mirror is deleted too.
+// source subscription of a deleted mirror, or of one moved to another
+// source, is deleted too.
 func (r *Runner) reconcile() {
 	want := map[string]core.MirrorRecord{}
 	for _, rec := range r.b.MirrorDefinitions() {
@@ -202,7 +203,9 @@ func (r *Runner) reconcile() {
 		}
 		c.stop()
 		delete(r.copiers, name)
-		if !ok {
+		if !ok || rec.Source.URL != c.rec.Source.URL || rec.Source.Topic != c.rec.Source.Topic {
+			// Deleted, or reading another source now: the old source
+			// keeps no subscription (and backlog) for it.
 			r.wg.Go(func() { r.dropSource(c) })
 		}
 	}
