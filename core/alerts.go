@@ -18,10 +18,13 @@ type AlertConfig struct {
 
 // Alert is one change of an alert's state (SPEC §3).
 type Alert struct {
-	Status     string // firing | resolved
-	Alert      string // lag | dlq
-	Topic      string
-	Group      string
+	Status string // firing | resolved
+	Alert  string // lag | dlq
+	Topic  string
+	Group  string
+	// Mirror names the mirror of a mirror's lag alert (its Group is
+	// "mirror.<name>", its Topic the local topic).
+	Mirror     string
 	Value      int64
 	Max        int64
 	At         time.Time
@@ -64,6 +67,18 @@ func (b *Broker) alertLoop() {
 				b.checkAlert(firing[id], "dlq", s, cfg.MaxDLQ, s.DLQ, cfg.WebhookURL)
 			}
 		}
+		for _, m := range b.ListMirrors() {
+			if m.Alerts == nil {
+				continue
+			}
+			id := [2]string{"", m.Name} // no topic name is empty: no clash with a subscription
+			seen[id] = true
+			if firing[id] == nil {
+				firing[id] = map[string]bool{}
+			}
+			s := SubscriptionInfo{Topic: m.Topic, Group: "mirror." + m.Name}
+			b.checkAlertOf(firing[id], "lag", s, m.Name, m.Alerts.MaxLag, m.Lag, m.Alerts.WebhookURL)
+		}
 		for id := range firing {
 			if !seen[id] {
 				delete(firing, id)
@@ -73,6 +88,12 @@ func (b *Broker) alertLoop() {
 }
 
 func (b *Broker) checkAlert(state map[string]bool, kind string, s SubscriptionInfo, maxValue *int64, value int64, webhook string) {
+	b.checkAlertOf(state, kind, s, "", maxValue, value, webhook)
+}
+
+// checkAlertOf is checkAlert for a subscription's alert, or a mirror's
+// (mirror named).
+func (b *Broker) checkAlertOf(state map[string]bool, kind string, s SubscriptionInfo, mirror string, maxValue *int64, value int64, webhook string) {
 	if maxValue == nil {
 		if state[kind] {
 			delete(state, kind)
@@ -88,7 +109,7 @@ func (b *Broker) checkAlert(state map[string]bool, kind string, s SubscriptionIn
 	if above {
 		status = "firing"
 	}
-	a := Alert{Status: status, Alert: kind, Topic: s.Topic, Group: s.Group, Value: value, Max: *maxValue,
+	a := Alert{Status: status, Alert: kind, Topic: s.Topic, Group: s.Group, Mirror: mirror, Value: value, Max: *maxValue,
 		At: b.now().UTC(), WebhookURL: webhook}
 	if above {
 		b.log.Warn("alert firing", "alert", kind, "topic", s.Topic, "group", s.Group, "value", value, "max", *maxValue)

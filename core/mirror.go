@@ -126,11 +126,10 @@ type MirrorInfo struct {
 type mirror struct {
 	name string
 
-	mu      sync.Mutex
-	rec     *MirrorRecord
-	queues  map[uint32]*MirrorProgress
-	status  MirrorStatus
-	deleted bool
+	mu     sync.Mutex
+	rec    *MirrorRecord
+	queues map[uint32]*MirrorProgress
+	status MirrorStatus
 
 	pending map[uint32]*MirrorProgress
 }
@@ -300,12 +299,9 @@ func (b *Broker) PutMirror(ctx context.Context, name string, cfg MirrorConfig) (
 		m.mu.Lock()
 		m.rec = rec
 		m.mu.Unlock()
+		// A replaced mirror object (a new source) is no longer the
+		// broker's: copies still on their way to it are refused (commit).
 		b.mu.Lock()
-		if old := b.mirrors[name]; old != nil && old != m {
-			old.mu.Lock()
-			old.deleted = true
-			old.mu.Unlock()
-		}
 		b.mirrors[name] = m
 		b.mu.Unlock()
 	}})
@@ -379,9 +375,6 @@ func (b *Broker) DeleteMirror(ctx context.Context, name string) error {
 			delete(b.mirrors, name)
 		}
 		b.mu.Unlock()
-		m.mu.Lock()
-		m.deleted = true
-		m.mu.Unlock()
 	}})
 	if err == nil {
 		b.log.Info("mirror deleted", "mirror", name)
@@ -459,8 +452,11 @@ func (b *Broker) SendMirrored(ctx context.Context, name string, copies []MirrorC
 			msg.QueueID = t.rr.Add(1) % nq
 		}
 	}
+	spans := b.tel.beginLinkedSends(ctx, msgs, b.now())
 	req := &request{kind: reqAppend, topic: t, msgs: msgs, mirror: &mirrorWrite{m: m, srcs: srcs, skipped: skipped}}
-	if err := b.submit(ctx, req); err != nil {
+	err = b.submit(ctx, req)
+	spans.end(topicName, msgs, req.results, err)
+	if err != nil {
 		return 0, err
 	}
 	stored := 0

@@ -91,6 +91,13 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	topicMsgs := gauge("tidemq.topic.messages", "{message}", "Messages retained, per topic.")
 	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
+	mirrorLag := gauge("tidemq.mirror.lag", "{message}", "Messages of a mirror's source not yet copied here (its source subscription's lag), per mirror.")
+	mirrorFailing := gauge("tidemq.mirror.failing", "1", "1 while a mirror's last attempt to read its source or store here failed, per mirror.")
+	var mirrorCopied metric.Int64ObservableCounter
+	if err == nil {
+		mirrorCopied, err = m.Int64ObservableCounter("tidemq.mirror.copied", metric.WithUnit("{message}"),
+			metric.WithDescription("Messages a mirror stored here, per mirror (kept across restarts)."))
+	}
 	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
 		return nil, err
@@ -114,6 +121,16 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 				o.ObserveInt64(dlq, s.DLQ, a)
 			}
 		}
+		for _, mi := range b.ListMirrors() {
+			a := metric.WithAttributes(attribute.String("mirror", mi.Name), attribute.String("topic", mi.Topic))
+			o.ObserveInt64(mirrorLag, mi.Lag, a)
+			o.ObserveInt64(mirrorCopied, int64(mi.Copied), a)
+			failing := int64(0)
+			if mi.State == MirrorFailing {
+				failing = 1
+			}
+			o.ObserveInt64(mirrorFailing, failing, a)
+		}
 		if st, ok := b.store.(StatsReporter); ok {
 			stats := st.Stats()
 			o.ObserveInt64(storeBytes, stats.DiskBytes)
@@ -122,7 +139,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped, mirrorLag, mirrorFailing, mirrorCopied)
 	return t, err
 }
 
@@ -258,6 +275,46 @@ type sendSpans struct {
 	start  time.Time
 	spans  []trace.Span        // with a plain tracer
 	scs    []trace.SpanContext // with a spanRecorder
+	// parents, when set, are each message's own parent (beginLinkedSends).
+	parents []trace.SpanContext
+}
+
+// parentOf is the parent of message i's send span.
+func (s sendSpans) parentOf(i int) trace.SpanContext {
+	if s.parents != nil {
+		return s.parents[i]
+	}
+	return s.parent
+}
+
+// beginLinkedSends is beginSends for messages that continue traces of
+// their own: mirrored copies, whose Traceparent is their source message's.
+// Each send span is a child of its message's traceparent, and the message
+// carries the send span's; without tracing, the source's stays.
+func (t *telemetry) beginLinkedSends(ctx context.Context, msgs []*Message, now time.Time) sendSpans {
+	s := sendSpans{tel: t, start: now}
+	if !t.tracing {
+		return s
+	}
+	s.parents = make([]trace.SpanContext, len(msgs))
+	for i, m := range msgs {
+		s.parents[i] = parseTraceparent(m.Traceparent)
+	}
+	if t.recorder != nil {
+		s.scs = make([]trace.SpanContext, len(msgs))
+		for i, m := range msgs {
+			s.scs[i] = t.recorder.NewSpanContext(s.parents[i], SpanSend, trace.SpanKindProducer)
+			m.Traceparent = formatTraceparent(s.scs[i])
+		}
+		return s
+	}
+	s.spans = make([]trace.Span, len(msgs))
+	startOpts := []trace.SpanStartOption{producerKind, trace.WithTimestamp(now)}
+	for i, m := range msgs {
+		_, s.spans[i] = t.tracer.Start(trace.ContextWithRemoteSpanContext(ctx, s.parents[i]), SpanSend, startOpts...)
+		m.Traceparent = formatTraceparent(s.spans[i].SpanContext())
+	}
+	return s
 }
 
 // beginSends starts the send spans and stamps each message with its
@@ -309,7 +366,7 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 			}
 		}
 		if s.scs != nil && err == nil {
-			s.tel.recorder.RecordSpan(s.scs[i], s.parent, SpanSend, trace.SpanKindProducer, s.start, now, attrs)
+			s.tel.recorder.RecordSpan(s.scs[i], s.parentOf(i), SpanSend, trace.SpanKindProducer, s.start, now, attrs)
 			continue
 		}
 		var sp trace.Span
@@ -319,7 +376,7 @@ func (s sendSpans) end(topic string, msgs []*Message, results []SendResult, err 
 			// A failed send through a recorder: the error needs a span of
 			// its own (the message was not stored, so nothing refers to
 			// the context it was given).
-			_, sp = s.tel.tracer.Start(trace.ContextWithSpanContext(context.Background(), s.parent), SpanSend,
+			_, sp = s.tel.tracer.Start(trace.ContextWithSpanContext(context.Background(), s.parentOf(i)), SpanSend,
 				producerKind, trace.WithTimestamp(s.start))
 		}
 		sp.SetAttributes(attrs...)

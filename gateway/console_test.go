@@ -46,6 +46,7 @@ const (
 
 type consoleServer struct {
 	URL  string
+	b    *core.Broker
 	gw   *gateway.Server
 	hc   *http.Client
 	logs *consoleLog
@@ -99,7 +100,7 @@ func startConsoleServerWith(t *testing.T, opts gateway.Options, wrap func(http.H
 			t.Logf("server log:\n%s", logs.String())
 		}
 	})
-	return &consoleServer{URL: srv.URL, gw: gw, hc: srv.Client(), logs: logs}
+	return &consoleServer{URL: srv.URL, b: b, gw: gw, hc: srv.Client(), logs: logs}
 }
 
 // consoleLog collects the server's log, shown when a test fails.
@@ -429,6 +430,11 @@ func TestConsoleServesPages(t *testing.T) {
 	}
 	if want := `<meta name="tidemq-jaeger-ui" content="http://jaeger.test:16686/?a=&#34;b&#34;&amp;c">`; !strings.Contains(page, want) {
 		t.Errorf("GET / lacks the escaped Jaeger meta tag %s", want)
+	}
+	for _, nav := range []string{`id="nav-topics"`, `id="nav-mirrors"`, `id="nav-cluster"`} {
+		if !strings.Contains(page, nav) {
+			t.Errorf("GET / lacks the navigation link %s", nav)
+		}
 	}
 	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") || !strings.Contains(csp, "script-src 'self'") {
 		t.Errorf("GET /: Content-Security-Policy = %q", csp)
@@ -903,4 +909,37 @@ func TestConsoleClusterSingleNode(t *testing.T) {
 	if n := b.eval(`String(document.querySelectorAll(".cluster-group").length)`); n != "1" {
 		t.Errorf("%s groups shown, want 1", n)
 	}
+}
+
+// TestConsoleMirrors: the Mirrors page lists each mirror with its source,
+// local topic, state, lag, copies and last error, and follows a change of
+// state by itself.
+func TestConsoleMirrors(t *testing.T) {
+	srv := startConsoleServer(t, "", nil)
+	ctx := t.Context()
+	if _, _, err := srv.b.PutMirror(ctx, "from-hz", core.MirrorConfig{
+		Source: core.MirrorSource{URL: "http://hz.example:8080", Topic: "orders", Token: "secret"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	srv.b.ReportMirror("from-hz", core.MirrorStatus{Lag: 42})
+	b := newBrowser(t, srv.URL)
+	b.do("opening the console", chromedp.Navigate(srv.URL+"/"), chromedp.WaitVisible(css("#create-topic-form")))
+	b.do("opening the mirrors page", chromedp.Click(css("#nav-mirrors")), chromedp.WaitVisible(css(`tr[data-mirror="from-hz"]`)))
+	if cur := b.eval(`document.querySelector("#nav-mirrors").getAttribute("aria-current")`); cur != "page" {
+		t.Errorf("the Mirrors link's aria-current is %q on the mirrors page", cur)
+	}
+	row := `tr[data-mirror="from-hz"]`
+	for sel, want := range map[string]string{
+		row + " td.state": "running", row + " td.lag": "42", row + " td.copied": "0", row + " td.last-error": "—",
+	} {
+		if got := b.eval(textOf(sel)); got != want {
+			t.Errorf("%s shows %q, want %q", sel, got, want)
+		}
+	}
+	if got := b.eval(textOf(row + " td.source")); !strings.Contains(got, "http://hz.example:8080") || !strings.Contains(got, "orders") || strings.Contains(got, "secret") {
+		t.Errorf("source shows %q", got)
+	}
+	b.checkLabels("mirrors")
+	srv.b.ReportMirror("from-hz", core.MirrorStatus{Failing: true, LastError: "source down", Lag: 50})
+	b.wait("the failing state shows", textOf(row+" td.state")+` === "failing" && `+textOf(row+" td.last-error")+` === "source down"`)
 }

@@ -21,7 +21,7 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, 
 	if err := s.authorize(r, action, topic, group); err != nil {
 		return err
 	}
-	for _, p := range []struct{ param, kind string }{{"topic", "topic"}, {"group", "group"}} {
+	for _, p := range []struct{ param, kind string }{{"topic", "topic"}, {"group", "group"}, {"name", "mirror"}} {
 		if v := chi.URLParam(r, p.param); v != "" {
 			if err := core.ValidateName(p.kind, v); err != nil {
 				return err

@@ -96,7 +96,9 @@ func (o *Options) withDefaults() {
 	if o.Wait <= 0 {
 		o.Wait = 20 * time.Second
 	}
-	o.Wait = min(o.Wait, 30*time.Second)
+	// Whole seconds, as the pull takes them: a wait of 0 would answer at
+	// once and the copier would poll in a tight loop.
+	o.Wait = min(max(o.Wait, time.Second), 30*time.Second)
 	if o.BatchSize <= 0 {
 		o.BatchSize = 256
 	}
@@ -133,19 +135,15 @@ type Runner struct {
 	mu      sync.Mutex
 	copiers map[string]*copier
 
-	copied metric.Int64Counter
-	errs   metric.Int64Counter
+	errs metric.Int64Counter
 }
 
 // New starts running b's mirrors; Close stops them.
 func New(b Broker, opts Options) (*Runner, error) {
 	opts.withDefaults()
 	m := opts.MeterProvider.Meter("github.com/tidemq/tidemq/mirror")
-	copied, err := m.Int64Counter("tidemq.mirror.copied", metric.WithUnit("{message}"),
-		metric.WithDescription("Messages a mirror stored here, per mirror."))
-	if err != nil {
-		return nil, err
-	}
+	// Lag, copies and state are the broker's metrics (core), from what
+	// the runner reports and the skip records count.
 	errs, err := m.Int64Counter("tidemq.mirror.errors", metric.WithUnit("{error}"),
 		metric.WithDescription("Failed attempts of a mirror to read its source or store here, per mirror."))
 	if err != nil {
@@ -153,7 +151,7 @@ func New(b Broker, opts Options) (*Runner, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Runner{b: b, opts: opts, log: opts.Logger.With("component", "mirror"), ctx: ctx, cancel: cancel,
-		copiers: map[string]*copier{}, copied: copied, errs: errs}
+		copiers: map[string]*copier{}, errs: errs}
 	r.wg.Go(r.reconcileLoop)
 	return r, nil
 }
@@ -189,7 +187,8 @@ func (r *Runner) reconcileLoop() {
 
 // reconcile starts a copier for each running mirror, restarts it when its
 // definition changed, and stops it when the mirror is paused or gone; the
-// source subscription of a deleted mirror is deleted too.
+// source subscription of a deleted mirror, or of one moved to another
+// source, is deleted too.
 func (r *Runner) reconcile() {
 	want := map[string]core.MirrorRecord{}
 	for _, rec := range r.b.MirrorDefinitions() {
@@ -204,7 +203,9 @@ func (r *Runner) reconcile() {
 		}
 		c.stop()
 		delete(r.copiers, name)
-		if !ok {
+		if !ok || rec.Source.URL != c.rec.Source.URL || rec.Source.Topic != c.rec.Source.Topic {
+			// Deleted, or reading another source now: the old source
+			// keeps no subscription (and backlog) for it.
 			r.wg.Go(func() { r.dropSource(c) })
 		}
 	}
@@ -371,6 +372,7 @@ func (c *copier) attempt() error {
 	}
 	c.held = nil
 	wait := c.r.opts.Wait
+	began := time.Now()
 	msgs, err := c.client.Pull(c.ctx, c.rec.Source.Topic, c.group, sdk.PullRequest{MaxMessages: c.r.opts.BatchSize,
 		WaitSeconds: int(wait / time.Second), InvisibleSeconds: leaseSeconds, ConsumerID: c.group})
 	if err != nil {
@@ -385,6 +387,11 @@ func (c *copier) attempt() error {
 	}
 	if len(msgs) == 0 || time.Since(c.statusAt) >= c.r.opts.StatusEvery {
 		c.readStatus()
+	}
+	if len(msgs) == 0 && time.Since(began) < wait/2 {
+		// An empty answer before the wait was up: the source is stopping
+		// (it answers parked polls at once then). Not a tight loop.
+		sleep(c.ctx, c.r.opts.MinBackoff)
 	}
 	return nil
 }
@@ -434,12 +441,8 @@ func (c *copier) store(msgs []sdk.PulledMessage) error {
 		}
 		copies[i].Msg = cp
 	}
-	n, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies)
-	if err != nil {
+	if _, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies); err != nil {
 		return fmt.Errorf("storing copies here: %w", err)
-	}
-	if n > 0 {
-		c.r.copied.Add(context.Background(), int64(n), c.attrs)
 	}
 	res, err := c.client.Ack(c.ctx, c.rec.Source.Topic, c.group, sdk.AckRequest{ReceiptHandles: handles})
 	if err != nil {

@@ -116,12 +116,14 @@ func flushAt(t *testing.T, s *pebblestore.Store, n, every int) {
 // covered each kind of write.
 type workloadCounts struct {
 	sent, deduped, delayedDue, acked, nacked, dead, redriven, expired, seeks, retained int
+	mirrored, mirrorSkipped                                                            int
 }
 
 // runWorkload drives b through the core API: topics of several queues,
 // sends with keys, tags, sharding keys, dedup keys and delays, clustering,
 // broadcast and orderly subscriptions, pulls, acks, nacks with a delay,
-// dead letters, lease expiries, redrive, seek, retention, updates and
+// dead letters, lease expiries, redrive, seek, retention, mirrors (copies
+// with their skip records, repeats skipped, watermark raises), updates and
 // deletes. Choices come from seed; the clock moves only here.
 func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, rounds int) workloadCounts {
 	t.Helper()
@@ -150,6 +152,21 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	putSub("orders", "audit", core.SubscriptionConfig{Mode: core.ModeBroadcast, Filter: "red || blue"})
 	putSub("events", "seq", core.SubscriptionConfig{Orderly: true, MaxRetries: &two, RetryDelays: []time.Duration{2 * time.Second}})
 	putSub("poke", "poke", core.SubscriptionConfig{})
+	putTopic("copies", core.TopicConfig{Queues: 2})
+	putMirror := func(name, filter string) {
+		_, _, err := b.PutMirror(ctx, name, core.MirrorConfig{Source: core.MirrorSource{URL: "http://hz.example", Topic: "orders", Token: "t"},
+			Topic: "copies", Filter: filter})
+		must("PutMirror "+name, err)
+	}
+	putMirror("from-hz", "*")
+	putMirror("from-sg", "*")
+	// mirrorOffsets are a source queue's next offsets, handed out out of
+	// order (as an orderly subscription does across keys) and sometimes
+	// twice (a redelivery).
+	mirrorNext := uint64(0)
+	// The mirror's choices have a generator of their own, so the rest of
+	// the workload makes the choices it made without mirrors.
+	mrng := rand.New(rand.NewPCG(seed, 11))
 	// A nack, even of a handle that names nothing, wakes the timer loop,
 	// which reads the injected clock only when it wakes.
 	poke := func() {
@@ -252,6 +269,30 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 		_, err = b.Send(ctx, "events", events)
 		must("Send events", err)
 
+		var copies []core.MirrorCopy
+		for i := range 1 + mrng.IntN(5) {
+			q := uint32(mrng.IntN(2))
+			off := mirrorNext + uint64(mrng.IntN(6))
+			if mrng.IntN(4) == 0 && mirrorNext > 0 {
+				off = uint64(mrng.IntN(int(mirrorNext))) // a repeat, mostly skipped
+			}
+			cp := core.MirrorCopy{SourceQueue: q, SourceOff: off}
+			if mrng.IntN(5) > 0 {
+				cp.Msg = &core.Message{Body: fmt.Appendf(nil, "copy-r%d-%d", round, i), ShardingKey: fmt.Sprintf("k%d", mrng.IntN(3)),
+					Properties: map[string]string{core.PropMirrorPath: "hz", core.PropMirrorSourceMessageID: fmt.Sprintf("src-%d-%d", q, off)},
+					DedupKey:   fmt.Sprintf("src-%d-%d", q, off), BornAtMs: clk.Now().Add(-time.Minute).UnixMilli()}
+			}
+			copies = append(copies, cp)
+		}
+		mirrorNext += 4
+		n, err := b.SendMirrored(ctx, "from-hz", copies)
+		must("SendMirrored", err)
+		c.mirrored += n
+		c.mirrorSkipped += len(copies) - n
+		if round%4 == 3 {
+			must("RaiseMirrorWatermarks", b.RaiseMirrorWatermarks(ctx, "from-hz", map[uint32]uint64{0: mirrorNext - 8, 1: mirrorNext - 4}))
+		}
+
 		settle("orders", "workers", pull("orders", "workers", "", 2*time.Second), false)
 		for _, consumer := range []string{"c1", "c2"} {
 			settle("orders", "audit", pull("orders", "audit", consumer, 2*time.Second), false)
@@ -270,6 +311,7 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 			must("Seek audit c1", err)
 			c.seeks++
 		case rounds / 2:
+			putMirror("from-hz", "red")
 			putTopic("orders", core.TopicConfig{Queues: 6, RetentionHours: 1})
 			putSub("orders", "workers", core.SubscriptionConfig{MaxRetries: &two, RetryDelays: []time.Duration{time.Second}, Filter: "red || green"})
 			_, err := b.Seek(ctx, "orders", "workers", clk.Now().Add(-2*time.Second).Format(time.RFC3339Nano), "", false)
@@ -292,6 +334,7 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	settle("orders", "workers", pull("orders", "workers", "", time.Second), false)
 	must("DeleteSubscription", b.DeleteSubscription(ctx, "orders", "audit"))
 	must("DeleteTopic", b.DeleteTopic(ctx, "events"))
+	must("DeleteMirror", b.DeleteMirror(ctx, "from-sg"))
 	_, err = b.Send(ctx, "orders", []*core.Message{{Body: []byte("last"), Tag: "red"}})
 	must("Send last", err)
 	return c
@@ -301,7 +344,7 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 func wantCoverage(t *testing.T, c workloadCounts) {
 	t.Helper()
 	if c.sent == 0 || c.deduped == 0 || c.delayedDue == 0 || c.acked == 0 || c.nacked == 0 || c.dead == 0 ||
-		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 {
+		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 || c.mirrored == 0 || c.mirrorSkipped == 0 {
 		t.Fatalf("the workload missed a kind of write: %+v", c)
 	}
 }

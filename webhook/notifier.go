@@ -132,13 +132,14 @@ type payload struct {
 	Alert  string `json:"alert"`
 	Topic  string `json:"topic"`
 	Group  string `json:"group"`
+	Mirror string `json:"mirror,omitempty"`
 	Value  int64  `json:"value"`
 	Max    int64  `json:"max"`
 	At     string `json:"at"`
 }
 
 func (n *Notifier) post(url string, a core.Alert) error {
-	body, err := json.Marshal(payload{Status: a.Status, Alert: a.Alert, Topic: a.Topic, Group: a.Group,
+	body, err := json.Marshal(payload{Status: a.Status, Alert: a.Alert, Topic: a.Topic, Group: a.Group, Mirror: a.Mirror,
 		Value: a.Value, Max: a.Max, At: a.At.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		SyncSpin: true, FsyncRing: true, WALSpares: true, SpanPipeline: "lean",
 		MaxMessageBytes: core.DefaultMaxMessageBytes, ShutdownTimeout: 30 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
-		BodyBudgetBytes: gateway.DefaultBodyBudgetBytes,
+		BodyBudgetBytes: gateway.DefaultBodyBudgetBytes, Region: "local", DedupWindow: 5 * time.Minute,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("defaults = %+v, want %+v (SPEC §6)", c, want)
@@ -40,6 +40,7 @@ func TestParseConfigFlags(t *testing.T) {
 		"--addr", "127.0.0.1:9999", "--data", "/var/lib/tidemq", "--auto-create=false", "--fsync", "never", "--sync-spin=false",
 		"--max-message-bytes", "1024", "--log-level", "debug", "--shutdown-timeout", "5s",
 		"--fsync-ring=false", "--wal-spares=false", "--span-pipeline", "sdk", "--body-budget-bytes", "1048576",
+		"--region", "hz", "--dedup-window", "2s",
 	}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestParseConfigFlags(t *testing.T) {
 		SpanPipeline:    "sdk",
 		MaxMessageBytes: 1024, ShutdownTimeout: 5 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
-		BodyBudgetBytes: 1 << 20,
+		BodyBudgetBytes: 1 << 20, Region: "hz", DedupWindow: 2 * time.Second,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("flags = %+v, want %+v", c, want)
@@ -62,6 +63,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 		"TIDEMQ_FSYNC": "never", "TIDEMQ_MAX_MESSAGE_BYTES": "2048", "TIDEMQ_LOG_LEVEL": "warn",
 		"TIDEMQ_SYNC_SPIN": "false", "TIDEMQ_FSYNC_RING": "false", "TIDEMQ_WAL_SPARES": "false",
 		"TIDEMQ_SPAN_PIPELINE": "sdk", "TIDEMQ_BODY_BUDGET_BYTES": "2097152",
+		"TIDEMQ_REGION": "sg", "TIDEMQ_DEDUP_WINDOW": "1m",
 	}
 	c, err := parseConfig(nil, envOf(env), io.Discard)
 	if err != nil {
@@ -72,7 +74,7 @@ func TestParseConfigEnvFallback(t *testing.T) {
 		SpanPipeline:    "sdk",
 		MaxMessageBytes: 2048, ShutdownTimeout: 30 * time.Second,
 		MaxConnections: 10000, MinFreeBytes: 128 << 20, ConsumerExpiry: 2 * time.Minute,
-		BodyBudgetBytes: 2 << 20,
+		BodyBudgetBytes: 2 << 20, Region: "sg", DedupWindow: time.Minute,
 	}}
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("from the environment = %+v, want %+v", c, want)
@@ -108,6 +110,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad TIDEMQ_FSYNC_RING", nil, map[string]string{"TIDEMQ_FSYNC_RING": "yes please"}, []string{"TIDEMQ_FSYNC_RING"}},
 		{"bad TIDEMQ_WAL_SPARES", nil, map[string]string{"TIDEMQ_WAL_SPARES": "2"}, []string{"TIDEMQ_WAL_SPARES"}},
 		{"bad TIDEMQ_SYNC_SPIN", nil, map[string]string{"TIDEMQ_SYNC_SPIN": "spin"}, []string{"TIDEMQ_SYNC_SPIN"}},
+		{"bad --region", []string{"--region", "hang zhou"}, nil, []string{"--region", "hang zhou"}},
+		{"bad TIDEMQ_DEDUP_WINDOW", nil, map[string]string{"TIDEMQ_DEDUP_WINDOW": "5 minutes"}, []string{"TIDEMQ_DEDUP_WINDOW"}},
+		{"negative --dedup-window", []string{"--dedup-window", "-1s"}, nil, []string{"--dedup-window"}},
 		{"bad --span-pipeline", []string{"--span-pipeline", "fast"}, nil, []string{"--span-pipeline", "fast"}},
 		{"bad TIDEMQ_SPAN_PIPELINE", nil, map[string]string{"TIDEMQ_SPAN_PIPELINE": "otel"}, []string{"--span-pipeline", "otel"}},
 		{"bad --fsync-ring", []string{"--fsync-ring=often"}, nil, []string{"fsync-ring"}},

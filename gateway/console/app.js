@@ -1,7 +1,7 @@
 // tidemq console: a single page over the HTTP API, in plain ES modules.
 //
 // Routes live in the URL's hash (#/topics/orders/subscriptions/billing/dlq,
-// #/cluster),
+// #/mirrors, #/cluster),
 // so every view can be bookmarked and the browser's back button works. A
 // poll every POLL_MS refreshes the current view; send rates and lag charts
 // are computed here from successive polls. docs/console.md describes it.
@@ -1276,6 +1276,50 @@ function clusterView() {
   };
 }
 
+/**
+ * Mirrors: every mirror with its source, local topic, state, lag, copies
+ * and last error (SPEC §8); a mirror is made with PUT /v1/mirrors/{name}.
+ */
+function mirrorsView() {
+  const list = h('div');
+  const errors = errorSlot();
+
+  function render(mirrors) {
+    replace(list, JSON.stringify(mirrors), table('Mirrors', ['Mirror', 'Source', 'Local topic', 'State',
+      { label: 'Lag', class: 'num' }, { label: 'Copied', class: 'num' }, 'Last copied', 'Last error'],
+    mirrors.map((m) => h('tr', { dataset: { mirror: m.name } },
+      h('th', { scope: 'row' }, h('span.mono', m.name)),
+      h('td.source', h('span.mono', m.source.url), ' ', h('span.muted', '/ '), h('span.mono', m.source.topic)),
+      h('td', h('a.mono', { href: href('topics', m.topic) }, m.topic)),
+      h('td.state', badge(m.state, m.state)),
+      h('td.num.lag', fmtNum(m.lag)),
+      h('td.num.copied', fmtNum(m.copied)),
+      h('td', m.lastCopiedAt ? timeEl(m.lastCopiedAt) : '—'),
+      h('td.last-error', m.lastError ? h('span.mono', m.lastError) : '—'))),
+    'No mirrors. Create one with PUT /v1/mirrors/{name} (see the API reference).'));
+  }
+
+  return {
+    title: 'Mirrors',
+    el: h('section.view', h('h1', 'Mirrors'),
+      h('p.muted', 'Topics of other regions copied into this one, over the source\'s HTTP API.'),
+      errors.el, list),
+    async refresh() {
+      try {
+        const v = await api('GET', 'v1/mirrors', undefined, { quiet: true });
+        errors.clear();
+        render(v.mirrors || []);
+      } catch (err) {
+        if (err instanceof ProblemError && err.status !== 401 && err.status !== 0) {
+          errors.show(err);
+          return;
+        }
+        throw err;
+      }
+    },
+  };
+}
+
 function notFoundView() {
   return {
     title: 'Not found',
@@ -1297,6 +1341,7 @@ function parseRoute() {
   const q = new URLSearchParams(qs || '');
   if (parts.length === 0 || (parts[0] === 'topics' && parts.length === 1)) return { view: 'topics', q };
   if (parts[0] === 'cluster' && parts.length === 1) return { view: 'cluster', q };
+  if (parts[0] === 'mirrors' && parts.length === 1) return { view: 'mirrors', q };
   if (parts[0] !== 'topics') return { view: 'notfound', q };
   const [, topic, section, name, tab] = parts;
   if (!section) return { view: 'topic', topic, tab: 'subscriptions', q };
@@ -1307,7 +1352,7 @@ function parseRoute() {
 }
 
 const VIEWS = {
-  topics: topicsView, topic: topicView, subscription: subscriptionView, message: messageView, cluster: clusterView, notfound: notFoundView,
+  topics: topicsView, topic: topicView, subscription: subscriptionView, message: messageView, cluster: clusterView, mirrors: mirrorsView, notfound: notFoundView,
 };
 let routeKey = null;
 
@@ -1321,6 +1366,7 @@ function route() {
   document.title = `${view.title} · tidemq`;
   document.getElementById('nav-topics').setAttribute('aria-current', r.view === 'topics' ? 'page' : 'false');
   document.getElementById('nav-cluster').setAttribute('aria-current', r.view === 'cluster' ? 'page' : 'false');
+  document.getElementById('nav-mirrors').setAttribute('aria-current', r.view === 'mirrors' ? 'page' : 'false');
   if (routeKey !== null && key !== routeKey) {
     const h1 = view.el.querySelector('h1');
     if (h1) {

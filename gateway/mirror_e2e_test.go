@@ -1,0 +1,375 @@
+package gateway_test
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/mirror"
+	"github.com/tidemq/tidemq/sdk"
+)
+
+// Mirrors end to end: two brokers on loopback, each a real Pebble store,
+// core and gateway behind an HTTP server, with a mirror runner; the
+// destination copies over the source's public API.
+
+const mirrorToken = "tmq_mirror-token-for-tests-000000004"
+
+func mirrorTokens(t *testing.T, withMirror bool) *gateway.Tokens {
+	t.Helper()
+	doc := "tokens:\n  - name: ops\n    sha256: " + gateway.HashToken(adminToken) + "\n    grants: [{actions: [admin]}]\n"
+	if withMirror {
+		doc += "  - name: mirror\n    sha256: " + gateway.HashToken(mirrorToken) + "\n    grants: [{actions: [admin, subscribe]}]\n"
+	}
+	tokens, err := gateway.ParseTokens([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tokens
+}
+
+// startRegion is a broker of region with a mirror runner quick to retry.
+func startRegion(t *testing.T, region string) *testServer {
+	t.Helper()
+	ts := startServer(t, serverConfig{gateway: gateway.Options{Region: region}})
+	r, err := mirror.New(ts.b, mirror.Options{Region: region, Reconcile: 20 * time.Millisecond, Wait: time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, OpenFor: 300 * time.Millisecond,
+		StatusEvery: 50 * time.Millisecond, Client: &http.Client{Timeout: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-in first: the runner stops before the broker.
+	t.Cleanup(func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("runner Close: %v", err)
+		}
+	})
+	return ts
+}
+
+func sdkClient(t *testing.T, url, token string) *sdk.Client {
+	t.Helper()
+	c, err := sdk.NewClient(url, sdk.ClientOptions{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// topicMessages reads every message stored on a topic, by query.
+func topicMessages(t *testing.T, c *sdk.Client, topic string) []sdk.StoredMessage {
+	t.Helper()
+	var out []sdk.StoredMessage
+	for m, err := range c.Messages(t.Context(), topic, sdk.MessageQuery{Limit: 1000}) {
+		if err != nil {
+			t.Fatalf("query %s: %v", topic, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func countMessages(t *testing.T, c *sdk.Client, topic string) int64 {
+	t.Helper()
+	tp, err := c.GetTopic(t.Context(), topic)
+	if errors.Is(err, sdk.ErrTopicNotFound) {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("GetTopic %s: %v", topic, err)
+	}
+	var n int64
+	for _, q := range tp.QueueStats {
+		n += q.MaxOffset - q.MinOffset
+	}
+	return n
+}
+
+func TestMirrorCopiesKeepsFieldsAndRecovers(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	hz.gw.SetTokens(mirrorTokens(t, true))
+	src := sdkClient(t, hz.URL, adminToken)
+	dst := sdkClient(t, sg.URL, "")
+	c := sg.client(t)
+	ctx := t.Context()
+	top := t
+
+	if _, _, err := src.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var sent []sdk.SendMessage
+	for i := range 40 {
+		m := sdk.NewMessage(fmt.Sprintf("order %d", i))
+		if i%5 == 0 {
+			m = sdk.NewBinaryMessage([]byte{0xff, 0x00, byte(i)})
+		}
+		m.Tag = "TagA"
+		m.Keys = []string{fmt.Sprintf("order-%d", i)}
+		m.Properties = map[string]string{"color": "blue"}
+		m.ShardingKey = fmt.Sprintf("customer-%d", i%3)
+		sent = append(sent, m)
+	}
+	if _, err := src.SendBatch(ctx, "orders", "shop", sent); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("bad requests", func(t *testing.T) {
+		c := c.on(t)
+		good := map[string]any{"source": map[string]any{"url": hz.URL, "topic": "orders"}, "topic": "orders"}
+		wantProblem(t, c.do("PUT", "/v1/mirrors/bad%20name", good), 400, "invalid_name")
+		wantProblem(t, c.do("PUT", "/v1/mirrors/m1", map[string]any{"source": map[string]any{"url": "ftp://x", "topic": "orders"}, "topic": "orders"}), 400, "invalid_request")
+		wantProblem(t, c.do("PUT", "/v1/mirrors/m1", map[string]any{"topic": "orders"}), 400, "invalid_request")
+		wantProblem(t, c.do("PUT", "/v1/mirrors/m1", map[string]any{"source": map[string]any{"url": hz.URL, "topic": "orders"}, "topic": "orders", "filter": "a ||"}), 400, "invalid_filter")
+		wantProblem(t, c.do("PUT", "/v1/mirrors/m1", `{"source":`), 400, "invalid_request")
+		wantProblem(t, c.do("GET", "/v1/mirrors/nope", nil), 404, "mirror_not_found")
+		wantProblem(t, c.do("DELETE", "/v1/mirrors/nope", nil), 404, "mirror_not_found")
+	})
+
+	body := map[string]any{"source": map[string]any{"url": hz.URL, "topic": "orders", "token": mirrorToken},
+		"topic": "orders", "filter": "*", "startFrom": "earliest", "alerts": map[string]any{"maxLag": 1000}}
+	r := c.do("PUT", "/v1/mirrors/from-hz", body)
+	wantStatus(t, r, http.StatusCreated)
+	if strings.Contains(string(r.body), mirrorToken) {
+		t.Fatalf("PUT answered the token back: %s", r)
+	}
+	wantStatus(t, c.do("PUT", "/v1/mirrors/from-hz", body), http.StatusOK)
+
+	eventually(t, 20*time.Second, func() error {
+		if n := countMessages(t, dst, "orders"); n != int64(len(sent)) {
+			return fmt.Errorf("%d of %d copied", n, len(sent))
+		}
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if m.State != sdk.MirrorRunning || m.Copied != int64(len(sent)) || m.LastCopiedAt == nil || m.Lag != 0 {
+			return fmt.Errorf("mirror %+v", m)
+		}
+		return nil
+	})
+
+	t.Run("copies keep fields and order", func(t *testing.T) {
+		srcMsgs := topicMessages(t, src, "orders")
+		byID := map[string]sdk.StoredMessage{}
+		for _, m := range srcMsgs {
+			byID[m.MessageID] = m
+		}
+		copies := topicMessages(t, dst, "orders")
+		byOffset := func(x, y sdk.StoredMessage) int { return cmp.Compare(*x.Offset, *y.Offset) }
+		slices.SortFunc(srcMsgs, byOffset)
+		slices.SortFunc(copies, byOffset)
+		if len(copies) != len(sent) {
+			t.Fatalf("%d copies, want %d", len(copies), len(sent))
+		}
+		perKey := map[string][]string{}
+		for _, cp := range copies {
+			orig, ok := byID[cp.Properties[core.PropMirrorSourceMessageID]]
+			if !ok {
+				t.Fatalf("copy %s names no source message: %v", cp.MessageID, cp.Properties)
+			}
+			if cp.Body != orig.Body || cp.BodyEncoding != orig.BodyEncoding || cp.Tag != orig.Tag || !slices.Equal(cp.Keys, orig.Keys) ||
+				cp.ShardingKey != orig.ShardingKey || !cp.BornAt.Equal(orig.BornAt) || cp.ProducerGroup != orig.ProducerGroup {
+				t.Errorf("copy %+v\nof      %+v", cp, orig)
+			}
+			if cp.Properties["color"] != "blue" || cp.Properties[core.PropMirrorSourceRegion] != "hz" || cp.Properties[core.PropMirrorPath] != "hz" {
+				t.Errorf("copy properties %v", cp.Properties)
+			}
+			perKey[cp.ShardingKey] = append(perKey[cp.ShardingKey], cp.Body)
+		}
+		// Per sharding key, the copies are in the source's order.
+		want := map[string][]string{}
+		for _, m := range srcMsgs {
+			want[m.ShardingKey] = append(want[m.ShardingKey], m.Body)
+		}
+		for k, bodies := range want {
+			if !slices.Equal(perKey[k], bodies) {
+				t.Errorf("key %s: copies in order %v, source %v", k, perKey[k], bodies)
+			}
+		}
+	})
+
+	t.Run("list and metrics", func(t *testing.T) {
+		r := c.on(t).do("GET", "/v1/mirrors", nil)
+		wantStatus(t, r, 200)
+		l := decode[sdk.MirrorList](t, r)
+		if len(l.Mirrors) != 1 || l.Mirrors[0].Name != "from-hz" || l.Mirrors[0].Source.Token != "" {
+			t.Errorf("list %+v", l)
+		}
+		h, err := src.Health(ctx)
+		if err != nil || h.Region != "hz" {
+			t.Errorf("source healthz = %+v, %v", h, err)
+		}
+	})
+
+	t.Run("revoked token fails, then recovers", func(t *testing.T) {
+		hz.gw.SetTokens(mirrorTokens(t, false))
+		// Restored whatever happens, so that the later subtests can run.
+		defer hz.gw.SetTokens(mirrorTokens(t, true))
+		eventually(t, 20*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if m.State != sdk.MirrorFailing || m.LastError == nil || !strings.Contains(*m.LastError, "unauthenticated") {
+				return fmt.Errorf("mirror %+v", m)
+			}
+			return nil
+		})
+		if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("while revoked")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // a copier that could read would copy it by now
+		if n := countMessages(t, dst, "orders"); n != int64(len(sent)) {
+			t.Fatalf("%d copies while the token was revoked", n)
+		}
+		hz.gw.SetTokens(mirrorTokens(t, true))
+		eventually(t, 30*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if n := countMessages(t, dst, "orders"); m.State != sdk.MirrorRunning || n != int64(len(sent))+1 {
+				return fmt.Errorf("%d copies, mirror %+v", n, m)
+			}
+			return nil
+		})
+	})
+
+	t.Run("source down fails, then recovers", func(t *testing.T) {
+		hz.srv.Close()
+		eventually(t, 20*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if m.State != sdk.MirrorFailing || m.LastError == nil || !strings.Contains(*m.LastError, "refused") {
+				return fmt.Errorf("mirror %+v", m)
+			}
+			return nil
+		})
+		if _, err := hz.b.Send(ctx, "orders", []*core.Message{{Body: []byte("while down")}}); err != nil {
+			t.Fatal(err)
+		}
+		// The source comes back at its address.
+		ln, err := net.Listen("tcp", hz.Addr)
+		if err != nil {
+			t.Fatalf("listening again on %s: %v", hz.Addr, err)
+		}
+		back := &http.Server{Handler: hz.gw, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = back.Serve(ln) }()
+		top.Cleanup(func() { // runs before the broker's cleanup, registered earlier
+			hz.b.StopPolling()
+			_ = back.Close()
+		})
+		eventually(t, 30*time.Second, func() error {
+			m, err := dst.GetMirror(ctx, "from-hz")
+			if err != nil {
+				return err
+			}
+			if n := countMessages(t, dst, "orders"); m.State != sdk.MirrorRunning || n != int64(len(sent))+2 {
+				return fmt.Errorf("%d copies, mirror %+v", n, m)
+			}
+			return nil
+		})
+	})
+
+	t.Run("delete stops it", func(t *testing.T) {
+		c := c.on(t)
+		wantStatus(t, c.do("DELETE", "/v1/mirrors/from-hz", nil), http.StatusNoContent)
+		wantProblem(t, c.do("GET", "/v1/mirrors/from-hz", nil), 404, "mirror_not_found")
+		// The source subscription goes with it, so nothing more is read.
+		eventually(t, 10*time.Second, func() error {
+			_, err := src.GetSubscription(ctx, "orders", mirror.SourceGroup("sg", "from-hz"))
+			if !errors.Is(err, sdk.ErrSubscriptionNotFound) {
+				return fmt.Errorf("source subscription: %v", err)
+			}
+			return nil
+		})
+		if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("after delete")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // a copier still running would copy it by now
+		if n := countMessages(t, dst, "orders"); n != int64(len(sent))+2 {
+			t.Errorf("%d copies after the delete, want %d", n, len(sent)+2)
+		}
+	})
+}
+
+// Two mirrors, hz → sg and sg → hz: every message ends up once in each
+// region, none ping-pongs.
+func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	a := sdkClient(t, hz.URL, "")
+	b := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{a, b} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := b.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.PutMirror(ctx, "from-sg", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: sg.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := a.Send(ctx, "orders", "", sdk.NewMessage(fmt.Sprintf("hz %d", i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Send(ctx, "orders", "", sdk.NewMessage(fmt.Sprintf("sg %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	settled := func() error {
+		for _, c := range []struct {
+			cl    *sdk.Client
+			name  string
+			src   *sdk.Client
+			group string
+		}{{b, "from-hz", a, mirror.SourceGroup("sg", "from-hz")}, {a, "from-sg", b, mirror.SourceGroup("hz", "from-sg")}} {
+			if n := countMessages(t, c.cl, "orders"); n != 20 {
+				return fmt.Errorf("%s side holds %d messages, want 20", c.name, n)
+			}
+			s, err := c.src.GetSubscription(ctx, "orders", c.group)
+			if err != nil {
+				return err
+			}
+			if s.Lag != 0 {
+				return fmt.Errorf("%s: source lag %d", c.name, s.Lag)
+			}
+		}
+		return nil
+	}
+	eventually(t, 30*time.Second, settled)
+	time.Sleep(500 * time.Millisecond) // a loop would have copied copies by now
+	if err := settled(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range topicMessages(t, a, "orders") {
+		if strings.HasPrefix(m.Body, "sg") && m.Properties[core.PropMirrorPath] != "sg" {
+			t.Errorf("copy in hz with path %q", m.Properties[core.PropMirrorPath])
+		}
+		if strings.HasPrefix(m.Body, "hz") && m.Properties[core.PropMirrorPath] != "" {
+			t.Errorf("hz original was changed: %v", m.Properties)
+		}
+	}
+	ma, err := a.GetMirror(ctx, "from-sg")
+	if err != nil || ma.Copied != 10 {
+		t.Errorf("from-sg = %+v, %v; want 10 copied (the copies of hz messages skipped)", ma, err)
+	}
+}
