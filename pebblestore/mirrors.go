@@ -46,7 +46,10 @@ func decodeMirrorProgress(queueID uint32, v []byte) (core.MirrorProgress, error)
 	prev := p.Watermark
 	for rest := v[24:]; len(rest) > 0; {
 		d, n := binary.Uvarint(rest)
-		if n <= 0 {
+		// Stored offsets are above the watermark and ascending (deltas of
+		// at least 1, no wrap-around), each delta in its shortest form:
+		// one record, one encoding.
+		if n <= 0 || d == 0 || prev+d < prev || n != uvarintLen(d) {
 			return core.MirrorProgress{}, errCorrupt
 		}
 		prev += d
@@ -54,6 +57,11 @@ func decodeMirrorProgress(queueID uint32, v []byte) (core.MirrorProgress, error)
 		rest = rest[n:]
 	}
 	return p, nil
+}
+
+func uvarintLen(x uint64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(buf[:], x)
 }
 
 func (b *batch) PutMirrorProgress(name string, p core.MirrorProgress) {
