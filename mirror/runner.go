@@ -385,7 +385,12 @@ func (c *copier) attempt() error {
 		}
 		c.held = nil
 	}
-	if len(msgs) == 0 || time.Since(c.statusAt) >= c.r.opts.StatusEvery {
+	// A batch short of full means the source had no more: the lag is read
+	// then (at most every caughtUpStatus), so that a mirror that caught up
+	// does not go on reporting the lag of a few seconds before while its
+	// next pull is parked.
+	sinceStatus := time.Since(c.statusAt)
+	if len(msgs) == 0 || sinceStatus >= c.r.opts.StatusEvery || len(msgs) < c.r.opts.BatchSize && sinceStatus >= caughtUpStatus {
 		c.readStatus()
 	}
 	if len(msgs) == 0 && time.Since(began) < wait/2 {
@@ -399,8 +404,13 @@ func (c *copier) attempt() error {
 // leaseSeconds is how long a pulled batch stays leased at the source: long
 // enough to store it here and ack it, so that an ack rarely finds its lease
 // run out (a run-out lease only means the batch comes again, and is
-// skipped).
-const leaseSeconds = 120
+// skipped), and short, since the source subscription is orderly: a batch
+// held by a destination that died holds its keys at the source until the
+// lease runs out.
+const leaseSeconds = 15
+
+// caughtUpStatus bounds how often a caught-up mirror reads its lag.
+const caughtUpStatus = 200 * time.Millisecond
 
 // subscribe learns the source's region and makes the source subscription:
 // orderly, so each sharding key keeps its order; many retries and short
