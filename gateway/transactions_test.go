@@ -34,7 +34,9 @@ type transactionReply struct {
 	Checks        int
 }
 
-func txPath(topic, id, verb string) string { return topicPath(topic) + "/transactions/" + id + ":" + verb }
+func txPath(topic, id, verb string) string {
+	return topicPath(topic) + "/transactions/" + id + ":" + verb
+}
 
 func TestE2ETransactions(t *testing.T) {
 	ts := startServer(t, serverConfig{})
