@@ -53,6 +53,11 @@ type Message struct {
 	Seq           uint64
 	Body          []byte
 	BodyBase64    bool // the producer sent the body base64-encoded; serve it back so
+	// Half is set (never stored) on a half message that message query
+	// found: in an open transaction, not in a queue. A bool beside
+	// BodyBase64 takes no room in the struct (a string would cost every
+	// message 16 bytes).
+	Half bool
 	Tag           string
 	Keys          []string
 	Properties    map[string]string
@@ -66,9 +71,6 @@ type Message struct {
 	DeliverAtMs int64
 	// DedupKey makes a repeated send within DedupWindow store nothing.
 	DedupKey string
-	// TransactionID is set (never stored) on a half message that message
-	// query found: it is in that open transaction, not in a queue.
-	TransactionID string
 }
 
 // TagHash is the 32-bit FNV-1a of a tag, kept in the queue index so filters
