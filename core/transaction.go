@@ -588,7 +588,7 @@ func (b *Broker) fireTransaction(id uint64, due int64) {
 		return
 	}
 	req := &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) { batch.DeleteTransaction(rec) }}}
-	if err := b.submit(b.ctx, req); err != nil && !errors.Is(err, ErrClosed) {
+	if err := b.submit(b.ctx, req); err != nil && !errors.Is(err, ErrClosed) && b.ctx.Err() == nil {
 		b.log.Error("dropping a settled transaction", "err", err, "id", id)
 	}
 }

@@ -378,3 +378,46 @@ func TestDeleteTopicDropsOpenTransactions(t *testing.T) {
 		t.Fatalf("open transactions after the topic's delete and a restart: %+v", txs)
 	}
 }
+
+// Commits and rollbacks racing on one transaction settle it once: every
+// caller of the winning verb gets it, every other ErrTransactionSettled,
+// and a commit delivers the message once.
+func TestConcurrentVerbsSettleOnce(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.txTopic("orders", 0)
+	e.subscribe("orders", "g", core.SubscriptionConfig{})
+	for round := range 20 {
+		half := e.prepare("orders", time.Minute, &core.Message{Body: fmt.Appendf(nil, "h%d", round)})
+		var wg sync.WaitGroup
+		results := make([]error, 8)
+		for i := range results {
+			wg.Go(func() {
+				if i%2 == 0 {
+					_, results[i] = e.b.CommitTransaction(t.Context(), "orders", half[0].TransactionID)
+				} else {
+					_, results[i] = e.b.RollbackTransaction(t.Context(), "orders", half[0].TransactionID)
+				}
+			})
+		}
+		wg.Wait()
+		commits, rollbacks := 0, 0
+		for i, err := range results {
+			switch {
+			case err == nil && i%2 == 0:
+				commits++
+			case err == nil:
+				rollbacks++
+			case !errors.Is(err, core.ErrTransactionSettled):
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		if (commits == 0) == (rollbacks == 0) || commits+rollbacks != 4 {
+			t.Fatalf("round %d: %d commits and %d rollbacks succeeded, want one verb's 4", round, commits, rollbacks)
+		}
+		got := e.drain("orders", "g", core.PullRequest{MaxMessages: 10})
+		if want := min(commits, 1); len(got) != want {
+			t.Fatalf("round %d: delivered %d, want %d", round, len(got), want)
+		}
+		e.ackAll("orders", "g", got)
+	}
+}
