@@ -46,18 +46,14 @@ type SubscriptionRecord struct {
 
 // Message is one stored message. Times are Unix milliseconds.
 type Message struct {
-	ID         string
-	TopicID    uint32
-	QueueID    uint32
-	Offset     uint64
-	Seq        uint64
-	Body       []byte
-	BodyBase64 bool // the producer sent the body base64-encoded; serve it back so
-	// Half is set (never stored) on a half message that message query
-	// found: in an open transaction, not in a queue. A bool beside
-	// BodyBase64 takes no room in the struct (a string would cost every
-	// message 16 bytes).
-	Half          bool
+	ID            string
+	TopicID       uint32
+	QueueID       uint32
+	Offset        uint64
+	Seq           uint64
+	Body          []byte
+	BodyBase64    bool // the producer sent the body base64-encoded; serve it back so
+	Half          bool // set (never stored) on a half message query found; beside BodyBase64 it costs the struct no room
 	Tag           string
 	Keys          []string
 	Properties    map[string]string
