@@ -462,3 +462,35 @@ func TestConcurrentVerbsSettleOnce(t *testing.T) {
 		e.ackAll("orders", "g", got)
 	}
 }
+
+// A committed half message takes its place in its sharding key's order at
+// the commit, as a send then would: an orderly subscription gets the key's
+// messages in store order, the half message after those sent before its
+// commit (even those sent after its prepare).
+func TestCommittedHalfMessageIsOrderedAtTheCommit(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.txTopic("orders", 0)
+	if _, _, err := e.b.PutTopic(t.Context(), "orders", core.TopicConfig{Queues: 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.subscribe("orders", "seq", core.SubscriptionConfig{Orderly: true})
+	e.sendBatch("orders", &core.Message{Body: []byte("a"), ShardingKey: "acct-1"})
+	half := e.prepare("orders", time.Minute, &core.Message{Body: []byte("half"), ShardingKey: "acct-1"})
+	e.sendBatch("orders", &core.Message{Body: []byte("b"), ShardingKey: "acct-1"})
+	if _, err := e.b.CommitTransaction(t.Context(), "orders", half[0].TransactionID); err != nil {
+		t.Fatal(err)
+	}
+	e.sendBatch("orders", &core.Message{Body: []byte("c"), ShardingKey: "acct-1"})
+	var got []string
+	for range 10 {
+		ds := e.pull("orders", "seq", core.PullRequest{MaxMessages: 1})
+		if len(ds) == 0 {
+			break
+		}
+		got = append(got, bodies(ds)...)
+		e.ackAll("orders", "seq", ds)
+	}
+	if want := []string{"a", "b", "half", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("orderly delivery %v, want %v", got, want)
+	}
+}
