@@ -68,18 +68,29 @@ func (e *env) txTopic(name string, maxChecks int) {
 	}
 }
 
-func (e *env) prepare(topic string, checkAfter time.Duration, msgs ...*core.Message) []core.SendResult {
+// halfResult is a half message's result with its transaction's id.
+type halfResult struct {
+	core.SendResult
+	TransactionID string
+}
+
+func (e *env) prepare(topic string, checkAfter time.Duration, msgs ...*core.Message) []halfResult {
 	e.t.Helper()
-	res, err := e.b.SendTransaction(e.t.Context(), topic, msgs, checkAfter)
+	res, txID, err := e.b.SendTransaction(e.t.Context(), topic, msgs, checkAfter)
 	if err != nil {
 		e.t.Fatalf("SendTransaction: %v", err)
 	}
-	for _, r := range res {
-		if r.TransactionID == "" || r.TransactionID != res[0].TransactionID || !r.Delayed {
-			e.t.Fatalf("half message results %+v: want one transaction id and no offsets", res)
-		}
+	if txID == "" || len(res) != len(msgs) {
+		e.t.Fatalf("SendTransaction: %d results for %d messages, transaction %q", len(res), len(msgs), txID)
 	}
-	return res
+	out := make([]halfResult, len(res))
+	for i, r := range res {
+		if !r.Delayed {
+			e.t.Fatalf("half message results %+v: want no offsets", res)
+		}
+		out[i] = halfResult{r, txID}
+	}
+	return out
 }
 
 // waitSettled waits for the check goroutine to settle the topic's only
@@ -186,9 +197,9 @@ func TestTransactionRollbackDropsHalfMessages(t *testing.T) {
 func TestTransactionRefusesBadInput(t *testing.T) {
 	e := newEnv(t, core.Options{})
 	e.txTopic("orders", 0)
-	_, err := e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x")}}, 0)
+	_, _, err := e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x")}}, 0)
 	wantValidation(t, err, "/transaction/checkAfterSeconds", -1)
-	_, err = e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x"), DedupKey: "d"}}, time.Second)
+	_, _, err = e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x"), DedupKey: "d"}}, time.Second)
 	wantValidation(t, err, "/dedupKey", 0)
 	bad := "ftp://x"
 	_, _, err = e.b.PutTopic(t.Context(), "orders", core.TopicConfig{TransactionCheckURL: &bad})

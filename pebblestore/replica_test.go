@@ -254,16 +254,16 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 				half = append(half, &core.Message{Body: fmt.Appendf(nil, "half-r%d-b", round), ShardingKey: "shard-1",
 					DeliverAtMs: clk.Now().Add(time.Second).UnixMilli()})
 			}
-			hres, err := b.SendTransaction(ctx, "payments", half, time.Second)
+			_, txID, err := b.SendTransaction(ctx, "payments", half, time.Second)
 			must("SendTransaction", err)
 			c.prepared++
 			switch txRng.IntN(3) {
 			case 0:
-				_, err = b.CommitTransaction(ctx, "payments", hres[0].TransactionID)
+				_, err = b.CommitTransaction(ctx, "payments", txID)
 				must("CommitTransaction", err)
 				c.committed++
 			case 1:
-				_, err = b.RollbackTransaction(ctx, "payments", hres[0].TransactionID)
+				_, err = b.RollbackTransaction(ctx, "payments", txID)
 				must("RollbackTransaction", err)
 				c.rolledBack++
 			}
