@@ -25,6 +25,11 @@ var (
 	ErrNoLeader = errors.New("no leader")
 	// ErrMirrorNotFound: no mirror of that name (SPEC §8).
 	ErrMirrorNotFound = errors.New("mirror not found")
+	// ErrTransactionNotFound: no transaction of that id on the topic (never
+	// prepared, or settled longer ago than the topic's retention).
+	ErrTransactionNotFound = errors.New("transaction not found")
+	// ErrTransactionSettled: the transaction was settled the other way.
+	ErrTransactionSettled = errors.New("transaction settled")
 )
 
 // ValidationError reports one bad field of a request. Field is a JSON pointer

@@ -12,6 +12,14 @@ type TopicRecord struct {
 	Queues         int    `json:"queues"`
 	RetentionHours int    `json:"retentionHours"`
 	CreatedAtMs    int64  `json:"createdAtMs"`
+	// TransactionCheckURL is where the broker asks a producer about a half
+	// message left undecided (transaction.go); empty: nowhere, every check
+	// fails. TransactionMaxChecks bounds the checks (0: the default).
+	TransactionCheckURL  string `json:"transactionCheckUrl,omitempty"`
+	TransactionMaxChecks int    `json:"transactionMaxChecks,omitempty"`
+	// TransactionAlertURL receives the alert of a transaction rolled back
+	// because its checks ran out.
+	TransactionAlertURL string `json:"transactionAlertUrl,omitempty"`
 }
 
 // Subscription modes.
@@ -45,6 +53,7 @@ type Message struct {
 	Seq           uint64
 	Body          []byte
 	BodyBase64    bool // the producer sent the body base64-encoded; serve it back so
+	Half          bool // set (never stored) on a half message query found; beside BodyBase64 it costs the struct no room
 	Tag           string
 	Keys          []string
 	Properties    map[string]string

@@ -117,6 +117,9 @@ func flushAt(t *testing.T, s *pebblestore.Store, n, every int) {
 type workloadCounts struct {
 	sent, deduped, delayedDue, acked, nacked, dead, redriven, expired, seeks, retained int
 	mirrored, mirrorSkipped                                                            int
+	// Transactions: prepared, committed, rolled back by request (the
+	// rest are left to their checks, which fail: no checker).
+	prepared, committed, rolledBack int
 }
 
 // runWorkload drives b through the core API: topics of several queues,
@@ -129,6 +132,9 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	t.Helper()
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(seed, 7))
+	// Transactions draw from their own source, so the rest of the
+	// workload makes the same choices as without them.
+	txRng := rand.New(rand.NewPCG(seed, 11))
 	var c workloadCounts
 	must := func(what string, err error) {
 		t.Helper()
@@ -148,6 +154,11 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	putTopic("orders", core.TopicConfig{Queues: 4, RetentionHours: 1})
 	putTopic("events", core.TopicConfig{Queues: 2})
 	putTopic("poke", core.TopicConfig{Queues: 1})
+	// Transactions on a topic of their own, so that orders' queues get
+	// the same messages as without them.
+	checkURL := "http://127.0.0.1:1/check"
+	putTopic("payments", core.TopicConfig{Queues: 2, RetentionHours: 1, TransactionCheckURL: &checkURL, TransactionMaxChecks: 2})
+	putSub("payments", "ledger", core.SubscriptionConfig{Filter: "red || blue"})
 	putSub("orders", "workers", core.SubscriptionConfig{MaxRetries: &one, RetryDelays: []time.Duration{time.Second}})
 	putSub("orders", "audit", core.SubscriptionConfig{Mode: core.ModeBroadcast, Filter: "red || blue"})
 	putSub("events", "seq", core.SubscriptionConfig{Orderly: true, MaxRetries: &two, RetryDelays: []time.Duration{2 * time.Second}})
@@ -254,6 +265,26 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 			}
 			msgs = append(msgs, m)
 		}
+		if txRng.IntN(3) == 0 {
+			half := []*core.Message{{Body: fmt.Appendf(nil, "half-r%d", round), Tag: tags[txRng.IntN(len(tags))]}}
+			if txRng.IntN(2) == 0 {
+				half = append(half, &core.Message{Body: fmt.Appendf(nil, "half-r%d-b", round), ShardingKey: "shard-1",
+					DeliverAtMs: clk.Now().Add(time.Second).UnixMilli()})
+			}
+			_, txID, err := b.SendTransaction(ctx, "payments", half, time.Second)
+			must("SendTransaction", err)
+			c.prepared++
+			switch txRng.IntN(3) {
+			case 0:
+				_, err = b.CommitTransaction(ctx, "payments", txID)
+				must("CommitTransaction", err)
+				c.committed++
+			case 1:
+				_, err = b.RollbackTransaction(ctx, "payments", txID)
+				must("RollbackTransaction", err)
+				c.rolledBack++
+			}
+		}
 		res, err := b.Send(ctx, "orders", msgs)
 		must("Send orders", err)
 		for _, r := range res {
@@ -344,7 +375,8 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 func wantCoverage(t *testing.T, c workloadCounts) {
 	t.Helper()
 	if c.sent == 0 || c.deduped == 0 || c.delayedDue == 0 || c.acked == 0 || c.nacked == 0 || c.dead == 0 ||
-		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 || c.mirrored == 0 || c.mirrorSkipped == 0 {
+		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 || c.mirrored == 0 || c.mirrorSkipped == 0 ||
+		c.committed == 0 || c.rolledBack == 0 || c.prepared == c.committed+c.rolledBack {
 		t.Fatalf("the workload missed a kind of write: %+v", c)
 	}
 }
