@@ -78,6 +78,14 @@ type ProducerOptions struct {
 	// BufferMessages caps messages accepted by SendAsync and not yet sent
 	// (default 10000); SendAsync blocks while it is full.
 	BufferMessages int
+
+	// TransactionCheckAfter is how long the broker waits for the commit or
+	// rollback of a SendInTransaction before its check-back asks the
+	// topic's TransactionCheckURL (default 30s; whole seconds, rounded
+	// up). It must exceed the local transaction's usual duration, or
+	// checks arrive while it still runs (the check handler then answers
+	// TransactionUnknown). The CheckAfter option sets it per call.
+	TransactionCheckAfter time.Duration
 }
 
 // Limits of the API a producer must respect.
@@ -116,6 +124,9 @@ func (o ProducerOptions) Validate() error {
 	if o.BufferMessages < 0 {
 		bad("BufferMessages must not be negative")
 	}
+	if o.TransactionCheckAfter < 0 {
+		bad("TransactionCheckAfter must not be negative")
+	}
 	return errors.Join(errs...)
 }
 
@@ -133,6 +144,7 @@ func (o *ProducerOptions) withDefaults() {
 	def(&o.BreakerOpenFor, 2*time.Second)
 	def(&o.BreakerQuietFor, time.Second)
 	def(&o.Linger, 5*time.Millisecond)
+	def(&o.TransactionCheckAfter, 30*time.Second)
 	if o.BreakerFailures == 0 {
 		o.BreakerFailures = 5
 	}
