@@ -43,7 +43,7 @@ var (
 	errRolledBack    = errors.New("the broker's check rolled this order back")  // 409
 	errLocalFailure  = errors.New("local transaction failed (simulated)")       // 422
 	errInvalidOrder  = errors.New("an order needs an id and an item")           // 400
-	errMessageFailed = errors.New("the order message could not be sent")       // 503
+	errMessageFailed = errors.New("the order message could not be sent")        // 503
 	errInconsistent  = errors.New("order and message were settled differently") // 500
 )
 
