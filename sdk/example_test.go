@@ -185,6 +185,49 @@ func ExampleClient_Messages() {
 	// Output: [invoice 1 invoice 3 invoice 4]
 }
 
+func ExampleProducer_SendInTransaction() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	if _, _, err := client.PutSubscription(ctx, "shipments", "warehouse", sdk.SubscriptionConfig{}); err != nil {
+		log.Fatal(err)
+	}
+	producer, _ := sdk.NewProducer(client, "shipments", sdk.ProducerOptions{TransactionCheckAfter: 30 * time.Second})
+	defer producer.Close()
+
+	// The local change: a row in your database, with the transaction id
+	// so that a check-back can find it (here a map stands for the table).
+	orders := map[string]string{} // order → transaction id
+	errOutOfStock := errors.New("out of stock")
+	place := func(order string, stock int) error {
+		_, err := producer.SendInTransaction(ctx, []sdk.SendMessage{{Body: "ship " + order, Keys: []string{order}}},
+			func(ctx context.Context) error {
+				if stock == 0 {
+					return errOutOfStock // rolls the message back
+				}
+				tx, _ := sdk.TransactionFromContext(ctx)
+				orders[order] = tx.TransactionID
+				return nil // commits it
+			})
+		return err
+	}
+	fmt.Println("order-1:", place("order-1", 3))
+	err := place("order-2", 0)
+	fmt.Println("order-2 out of stock:", errors.Is(err, errOutOfStock))
+
+	// Only the committed message is delivered.
+	msgs, err := client.Pull(ctx, "shipments", "warehouse", sdk.PullRequest{WaitSeconds: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range msgs {
+		fmt.Println("delivered:", m.Body)
+	}
+	// Output:
+	// order-1: <nil>
+	// order-2 out of stock: true
+	// delivered: ship order-1
+}
+
 // ------------------------------------------------------------- plumbing
 
 var examples struct {

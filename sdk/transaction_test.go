@@ -1,0 +1,189 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tidemq/tidemq/sdk"
+)
+
+// The transactional producer against the real server: half messages reach
+// nobody until committed, a failed local transaction rolls them back, the
+// verbs are idempotent and answer as SPEC §9 says.
+
+func TestSendInTransactionCommit(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.URL)
+	ctx := t.Context()
+	topic := topicName("tx-commit")
+	if _, _, err := c.PutTopic(ctx, topic, sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.PutSubscription(ctx, topic, "g", sdk.SubscriptionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{Group: "checkout", TransactionCheckAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d messages", n), func(t *testing.T) {
+			msgs := make([]sdk.SendMessage, n)
+			for i := range msgs {
+				msgs[i] = sdk.SendMessage{Body: fmt.Sprintf("order %d/%d", i, n), Keys: []string{fmt.Sprintf("k%d", i)}}
+			}
+			var inside sdk.TransactionResult
+			res, err := p.SendInTransaction(ctx, msgs, func(ctx context.Context) error {
+				tx, ok := sdk.TransactionFromContext(ctx)
+				if !ok {
+					return errors.New("no transaction in the local transaction's ctx")
+				}
+				inside = tx
+				// While it runs: stored, counted apart, delivered to nobody.
+				top, err := c.GetTopic(ctx, topic)
+				if err != nil {
+					return err
+				}
+				if top.HalfMessages != int64(n) {
+					return fmt.Errorf("halfMessages %d during the local transaction, want %d", top.HalfMessages, n)
+				}
+				st, err := c.GetMessage(ctx, topic, tx.Results[0].MessageID)
+				if err != nil {
+					return err
+				}
+				if len(st.Subscriptions) != 1 || st.Subscriptions[0].State != sdk.StateHalf {
+					return fmt.Errorf("message status %+v, want state half", st.Subscriptions)
+				}
+				got, err := c.Pull(ctx, topic, "g", sdk.PullRequest{MaxMessages: 100})
+				if err != nil || len(got) != 0 {
+					return fmt.Errorf("a pull during the local transaction got %d messages (%v)", len(got), err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != sdk.TransactionCommit || res.TransactionID == "" || res.TransactionID != inside.TransactionID || len(res.Results) != n {
+				t.Fatalf("result %+v (inside: %+v)", res, inside)
+			}
+			delivered := pullAll(t, c, topic, "g", n)
+			for _, id := range res.MessageIDs() {
+				if _, ok := delivered[id]; !ok {
+					t.Errorf("committed message %s not delivered (got %d)", id, len(delivered))
+				}
+			}
+			if len(delivered) != n {
+				t.Errorf("%d delivered, want %d", len(delivered), n)
+			}
+			// The verbs: commit again is fine, rollback now is settled.
+			if err := c.CommitTransaction(ctx, topic, res.TransactionID); err != nil {
+				t.Errorf("second commit: %v", err)
+			}
+			if err := c.RollbackTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) || !errors.Is(err, sdk.ErrRejected) {
+				t.Errorf("rollback after commit: %v, want transaction_settled", err)
+			}
+		})
+	}
+	if top, err := c.GetTopic(ctx, topic); err != nil || top.HalfMessages != 0 || top.Messages != 4 {
+		t.Errorf("topic after the commits: %+v, %v: want 4 messages, no half ones", top, err)
+	}
+	if err := c.CommitTransaction(ctx, topic, "no-such-transaction"); !errors.Is(err, sdk.ErrTransactionNotFound) {
+		t.Errorf("commit of an unknown id: %v, want transaction_not_found", err)
+	}
+}
+
+func TestSendInTransactionRollback(t *testing.T) {
+	srv := startServer(t)
+	c := newClient(t, srv.URL)
+	ctx := t.Context()
+	topic := topicName("tx-rollback")
+	if _, _, err := c.PutSubscription(ctx, topic, "g", sdk.SubscriptionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	errPayment := errors.New("payment refused")
+	res, err := p.SendInTransaction(ctx, []sdk.SendMessage{sdk.NewMessage("a"), sdk.NewMessage("b")}, func(context.Context) error {
+		return errPayment
+	}, sdk.CheckAfter(time.Minute))
+	if !errors.Is(err, errPayment) || errors.Is(err, sdk.ErrTransactionUnsettled) {
+		t.Fatalf("err %v, want the local transaction's", err)
+	}
+	if res.Status != sdk.TransactionRollback || res.TransactionID == "" {
+		t.Fatalf("result %+v", res)
+	}
+	// A send after it is delivered; the rolled-back ones never are.
+	if _, err := p.Send(ctx, sdk.NewMessage("after")); err != nil {
+		t.Fatal(err)
+	}
+	got := pullAll(t, c, topic, "g", 1)
+	for _, m := range got {
+		if m.Body != "after" {
+			t.Errorf("delivered %q: a rolled-back message", m.Body)
+		}
+	}
+	if err := c.RollbackTransaction(ctx, topic, res.TransactionID); err != nil {
+		t.Errorf("second rollback: %v", err)
+	}
+	if err := c.CommitTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) {
+		t.Errorf("commit after rollback: %v, want transaction_settled", err)
+	}
+	if top, err := c.GetTopic(ctx, topic); err != nil || top.HalfMessages != 0 || top.Messages != 1 {
+		t.Errorf("topic: %+v, %v: want 1 message, no half ones", top, err)
+	}
+	// The SDK refuses an empty transaction without a request.
+	if _, err := p.SendInTransaction(ctx, nil, func(context.Context) error { return nil }); err == nil {
+		t.Error("an empty transaction: no error")
+	}
+}
+
+// TestSendInTransactionLostReplies: the half send's reply is lost and the
+// producer sends it again under the same dedup keys: the retry gets the
+// same transaction, so committing it delivers each message once.
+func TestSendInTransactionLostReplies(t *testing.T) {
+	srv := startServer(t)
+	proxy := startProxy(t, srv.URL, 2) // every second send's reply is lost
+	c := newClient(t, proxy.URL())
+	ctx := t.Context()
+	topic := topicName("tx-lost")
+	if _, _, err := c.PutSubscription(ctx, topic, "g", sdk.SubscriptionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{MinBackoff: 5 * time.Millisecond, NoBreaker: true, TransactionCheckAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const txs = 6
+	var ids []string
+	for i := range txs {
+		res, err := p.SendInTransaction(ctx, []sdk.SendMessage{sdk.NewMessage(fmt.Sprintf("m%d", i))}, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatalf("transaction %d: %v", i, err)
+		}
+		ids = append(ids, res.MessageIDs()...)
+	}
+	if proxy.droppedSingle.Load() == 0 {
+		t.Fatal("no reply was lost: the test tested nothing")
+	}
+	got := pullAll(t, c, topic, "g", txs)
+	if len(got) != txs {
+		t.Errorf("%d delivered, want %d", len(got), txs)
+	}
+	for _, id := range ids {
+		if _, ok := got[id]; !ok {
+			t.Errorf("message %s not delivered", id)
+		}
+	}
+	if top, err := c.GetTopic(ctx, topic); err != nil || top.Messages != txs || top.HalfMessages != 0 {
+		t.Errorf("topic: %+v, %v: want %d messages, no half ones", top, err, txs)
+	}
+}
