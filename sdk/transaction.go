@@ -107,23 +107,66 @@ func noTransaction(msgs []SendMessage) []SendMessage {
 	return msgs
 }
 
+// Transaction states (TransactionInfo.State).
+const (
+	TransactionOpen       = "open"
+	TransactionCommitted  = "committed"
+	TransactionRolledBack = "rolled_back"
+)
+
+// Who settled a transaction (TransactionInfo.DecidedBy).
+const (
+	DecidedByRequest    = "request"     // a commit or rollback call
+	DecidedByCheck      = "check"       // a check-back's answer
+	DecidedByCheckLimit = "check_limit" // rolled back after the last check
+)
+
+// TransactionInfo is a transaction as the broker holds it (schema
+// TransactionInfo).
+type TransactionInfo struct {
+	TransactionID string   `json:"transactionId"`
+	Topic         string   `json:"topic"`
+	State         string   `json:"state"`
+	DecidedBy     string   `json:"decidedBy,omitempty"`
+	MessageIDs    []string `json:"messageIds"`
+	ProducerGroup string   `json:"producerGroup,omitempty"`
+	// Checks counts the checks that got no decision so far.
+	Checks      int        `json:"checks"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	NextCheckAt *time.Time `json:"nextCheckAt,omitempty"`
+	SettledAt   *time.Time `json:"settledAt,omitempty"`
+}
+
+// TransactionList is the reply of GET /v1/topics/{topic}/transactions.
+type TransactionList struct {
+	Transactions []TransactionInfo `json:"transactions"`
+}
+
 // CommitTransaction commits a transaction: its half messages are delivered
 // like messages sent now. It is idempotent; after a rollback it is
 // ErrTransactionSettled, for an unknown id ErrTransactionNotFound.
-func (c *Client) CommitTransaction(ctx context.Context, topic, transactionID string) error {
+func (c *Client) CommitTransaction(ctx context.Context, topic, transactionID string) (TransactionInfo, error) {
 	return c.settle(ctx, topic, transactionID, "commit")
 }
 
 // RollbackTransaction rolls a transaction back: its half messages are
 // dropped. It is idempotent; after a commit it is ErrTransactionSettled,
 // for an unknown id ErrTransactionNotFound.
-func (c *Client) RollbackTransaction(ctx context.Context, topic, transactionID string) error {
+func (c *Client) RollbackTransaction(ctx context.Context, topic, transactionID string) (TransactionInfo, error) {
 	return c.settle(ctx, topic, transactionID, "rollback")
 }
 
-func (c *Client) settle(ctx context.Context, topic, id, verb string) error {
-	_, err := c.do(ctx, request{method: http.MethodPost, path: []string{"v1", "topics", topic, "transactions", id + ":" + verb}}, nil)
-	return err
+func (c *Client) settle(ctx context.Context, topic, id, verb string) (TransactionInfo, error) {
+	var info TransactionInfo
+	_, err := c.do(ctx, request{method: http.MethodPost, path: []string{"v1", "topics", topic, "transactions", id + ":" + verb}}, &info)
+	return info, err
+}
+
+// ListTransactions returns the topic's open transactions, oldest first.
+func (c *Client) ListTransactions(ctx context.Context, topic string) ([]TransactionInfo, error) {
+	var l TransactionList
+	_, err := c.do(ctx, request{method: http.MethodGet, path: []string{"v1", "topics", topic, "transactions"}}, &l)
+	return l.Transactions, err
 }
 
 // TransactionOption changes one SendInTransaction call.
@@ -154,7 +197,9 @@ func TransactionFromContext(ctx context.Context) (TransactionResult, bool) {
 
 // SendInTransaction commits msgs together with a local change (a database
 // transaction, say): it sends msgs as the half messages of one transaction
-// (one request, atomic; retried like Send, under dedup keys), runs localTx,
+// (one request, atomic; retried like Send, but without dedup keys, which
+// half messages may not carry: a retry after a lost reply leaves the first
+// attempt's transaction open, for its check to roll back), runs localTx,
 // then commits the transaction when localTx returns nil and rolls it back
 // when it returns an error. localTx's ctx carries the transaction
 // (TransactionFromContext). The broker waits for the commit or rollback for
@@ -194,10 +239,10 @@ func (p *Producer) SendInTransaction(ctx context.Context, msgs []SendMessage, lo
 		o(&cfg)
 	}
 	tx := Transaction{CheckAfterSeconds: checkAfterSeconds(cfg.checkAfter)}
-	msgs = append([]SendMessage(nil), msgs...)
-	for i := range msgs {
-		p.prepare(&msgs[i])
-	}
+	// No dedup keys: the broker takes none on half messages. A retry
+	// after a lost reply opens a second transaction; the first, committed
+	// by nobody, is rolled back by its check (a check handler answers by
+	// transaction id), so the messages are still delivered once.
 	var res TransactionResult
 	err := p.call(ctx, p.deadline(time.Now()), "send half messages", func(actx context.Context) error {
 		var err error
@@ -216,7 +261,8 @@ func (p *Producer) SendInTransaction(ctx context.Context, msgs []SendMessage, lo
 	}
 	sctx := context.WithoutCancel(ctx)
 	serr := p.call(sctx, p.deadline(time.Now()), verb+" transaction", func(actx context.Context) error {
-		return settle(actx, p.topic, res.TransactionID)
+		_, err := settle(actx, p.topic, res.TransactionID)
+		return err
 	})
 	var failed error
 	if localErr != nil {

@@ -56,8 +56,9 @@ func TestSendInTransactionCommit(t *testing.T) {
 				if err != nil {
 					return err
 				}
-				if len(st.Subscriptions) != 1 || st.Subscriptions[0].State != sdk.StateHalf {
-					return fmt.Errorf("message status %+v, want state half", st.Subscriptions)
+				if len(st.Subscriptions) != 1 || st.Subscriptions[0].State != sdk.StateHalf ||
+					st.Message.State != sdk.StateHalf || st.Message.TransactionID != tx.TransactionID || st.Message.Offset != nil {
+					return fmt.Errorf("message status %+v, want state half in transaction %s", st, tx.TransactionID)
 				}
 				got, err := c.Pull(ctx, topic, "g", sdk.PullRequest{MaxMessages: 100})
 				if err != nil || len(got) != 0 {
@@ -81,10 +82,11 @@ func TestSendInTransactionCommit(t *testing.T) {
 				t.Errorf("%d delivered, want %d", len(delivered), n)
 			}
 			// The verbs: commit again is fine, rollback now is settled.
-			if err := c.CommitTransaction(ctx, topic, res.TransactionID); err != nil {
-				t.Errorf("second commit: %v", err)
+			if info, err := c.CommitTransaction(ctx, topic, res.TransactionID); err != nil || info.State != sdk.TransactionCommitted ||
+				info.ProducerGroup != "checkout" || len(info.MessageIDs) != n {
+				t.Errorf("second commit: %+v, %v", info, err)
 			}
-			if err := c.RollbackTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) || !errors.Is(err, sdk.ErrRejected) {
+			if _, err := c.RollbackTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) || !errors.Is(err, sdk.ErrRejected) {
 				t.Errorf("rollback after commit: %v, want transaction_settled", err)
 			}
 		})
@@ -92,7 +94,7 @@ func TestSendInTransactionCommit(t *testing.T) {
 	if top, err := c.GetTopic(ctx, topic); err != nil || top.HalfMessages != 0 || top.Messages != 4 {
 		t.Errorf("topic after the commits: %+v, %v: want 4 messages, no half ones", top, err)
 	}
-	if err := c.CommitTransaction(ctx, topic, "no-such-transaction"); !errors.Is(err, sdk.ErrTransactionNotFound) {
+	if _, err := c.CommitTransaction(ctx, topic, "no-such-transaction"); !errors.Is(err, sdk.ErrTransactionNotFound) {
 		t.Errorf("commit of an unknown id: %v, want transaction_not_found", err)
 	}
 }
@@ -130,10 +132,10 @@ func TestSendInTransactionRollback(t *testing.T) {
 			t.Errorf("delivered %q: a rolled-back message", m.Body)
 		}
 	}
-	if err := c.RollbackTransaction(ctx, topic, res.TransactionID); err != nil {
+	if _, err := c.RollbackTransaction(ctx, topic, res.TransactionID); err != nil {
 		t.Errorf("second rollback: %v", err)
 	}
-	if err := c.CommitTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) {
+	if _, err := c.CommitTransaction(ctx, topic, res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) {
 		t.Errorf("commit after rollback: %v, want transaction_settled", err)
 	}
 	if top, err := c.GetTopic(ctx, topic); err != nil || top.HalfMessages != 0 || top.Messages != 1 {
@@ -146,8 +148,10 @@ func TestSendInTransactionRollback(t *testing.T) {
 }
 
 // TestSendInTransactionLostReplies: the half send's reply is lost and the
-// producer sends it again under the same dedup keys: the retry gets the
-// same transaction, so committing it delivers each message once.
+// producer sends it again; half messages carry no dedup key, so the retry
+// opens a second transaction, which the producer commits. The first stays
+// open, committed by nobody, for its check to roll back (done by hand
+// here): each message is delivered once.
 func TestSendInTransactionLostReplies(t *testing.T) {
 	srv := startServer(t)
 	proxy := startProxy(t, srv.URL, 2) // every second send's reply is lost
@@ -171,8 +175,25 @@ func TestSendInTransactionLostReplies(t *testing.T) {
 		}
 		ids = append(ids, res.MessageIDs()...)
 	}
-	if proxy.droppedSingle.Load() == 0 {
+	lost := proxy.droppedSingle.Load()
+	if lost == 0 {
 		t.Fatal("no reply was lost: the test tested nothing")
+	}
+	open, err := c.ListTransactions(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if int64(len(open)) != lost {
+		t.Fatalf("%d open transactions after %d lost replies: %+v", len(open), lost, open)
+	}
+	for _, tx := range open {
+		if tx.State != sdk.TransactionOpen || len(tx.MessageIDs) != 1 {
+			t.Errorf("open transaction %+v", tx)
+		}
+		info, err := c.RollbackTransaction(ctx, topic, tx.TransactionID) // what its check would decide
+		if err != nil || info.State != sdk.TransactionRolledBack || info.DecidedBy != sdk.DecidedByRequest {
+			t.Errorf("rollback of %s: %+v, %v", tx.TransactionID, info, err)
+		}
 	}
 	got := pullAll(t, c, topic, "g", txs)
 	if len(got) != txs {

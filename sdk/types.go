@@ -43,6 +43,9 @@ type TopicConfig struct {
 	// TransactionMaxChecks is how many checks a half message gets before
 	// the broker rolls it back (server default 15).
 	TransactionMaxChecks int `json:"transactionMaxChecks,omitempty"`
+	// TransactionAlertURL is the webhook of the alert fired when a
+	// transaction is rolled back after its last check.
+	TransactionAlertURL string `json:"transactionAlertUrl,omitempty"`
 }
 
 // QueueStats describes one queue of a topic. MaxOffset is exclusive.
@@ -65,6 +68,7 @@ type Topic struct {
 	// TransactionCheckURL and TransactionMaxChecks are as in TopicConfig.
 	TransactionCheckURL  string `json:"transactionCheckUrl,omitempty"`
 	TransactionMaxChecks int    `json:"transactionMaxChecks,omitempty"`
+	TransactionAlertURL  string `json:"transactionAlertUrl,omitempty"`
 	// HalfMessages counts the messages of open transactions: stored,
 	// delivered to nobody until committed; not in Messages.
 	HalfMessages int64 `json:"halfMessages,omitempty"`
@@ -92,7 +96,8 @@ type SendMessage struct {
 	DelaySeconds int        `json:"delaySeconds,omitempty"`
 	DeliverAt    *time.Time `json:"deliverAt,omitempty"`
 	// DedupKey makes a repeated send within 5 minutes store nothing. A
-	// Producer fills it in when it is empty (see ProducerOptions.NoAutoDedup).
+	// Producer fills it in when it is empty (see ProducerOptions.NoAutoDedup),
+	// except on half messages, which may not have one (400).
 	DedupKey string `json:"dedupKey,omitempty"`
 	// Transaction makes a single send a half message (SPEC §9); in a
 	// batch it goes on SendBatch instead. Producer.SendInTransaction
@@ -430,6 +435,10 @@ type StoredMessage struct {
 	DeliverAt     *time.Time        `json:"deliverAt,omitempty"`
 	ProducerGroup string            `json:"producerGroup,omitempty"`
 	Traceparent   string            `json:"traceparent,omitempty"`
+	// State is StateHalf for a half message of an open transaction (its
+	// Offset is nil), and TransactionID that transaction.
+	State         string `json:"state,omitempty"`
+	TransactionID string `json:"transactionId,omitempty"`
 }
 
 // Bytes returns the body as sent, decoding base64.
