@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
@@ -226,6 +227,54 @@ func ExampleProducer_SendInTransaction() {
 	// order-1: <nil>
 	// order-2 out of stock: true
 	// delivered: ship order-1
+}
+
+func ExampleTransactionCheckHandler() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+
+	// The producer's check endpoint answers from its own records: here a
+	// set of committed local transactions stands for the database.
+	committed := map[string]bool{}
+	var mu sync.Mutex
+	check := sdk.TransactionCheckHandler(func(ctx context.Context, c sdk.TransactionCheck) (sdk.TransactionStatus, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if committed[c.TransactionID] {
+			return sdk.TransactionCommit, nil
+		}
+		return sdk.TransactionRollback, nil
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /tx-check", check)
+	endpoint := httptest.NewServer(mux)
+	defer endpoint.Close()
+	if _, _, err := client.PutTopic(ctx, "payments", sdk.TopicConfig{TransactionCheckURL: endpoint.URL + "/tx-check"}); err != nil {
+		log.Fatal(err)
+	}
+	if _, _, err := client.PutSubscription(ctx, "payments", "ledger", sdk.SubscriptionConfig{}); err != nil {
+		log.Fatal(err)
+	}
+
+	// A producer sends a half message, commits its local transaction and
+	// dies before it commits the message.
+	res, err := client.PrepareTransaction(ctx, "payments", "", sdk.Transaction{CheckAfterSeconds: 1}, []sdk.SendMessage{sdk.NewMessage("payment 7")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mu.Lock()
+	committed[res.TransactionID] = true
+	mu.Unlock()
+
+	// A second later the broker asks, and delivers it.
+	msgs, err := client.Pull(ctx, "payments", "ledger", sdk.PullRequest{WaitSeconds: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range msgs {
+		fmt.Println("delivered:", m.Body)
+	}
+	// Output: delivered: payment 7
 }
 
 // ------------------------------------------------------------- plumbing

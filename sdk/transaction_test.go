@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -206,5 +208,127 @@ func TestSendInTransactionLostReplies(t *testing.T) {
 	}
 	if top, err := c.GetTopic(ctx, topic); err != nil || top.Messages != txs || top.HalfMessages != 0 {
 		t.Errorf("topic: %+v, %v: want %d messages, no half ones", top, err, txs)
+	}
+}
+
+// TestSendInTransactionCheckBack: the commit or rollback of
+// SendInTransaction does not reach the broker (it is cut off during the
+// local transaction); the call says so (ErrTransactionUnsettled), and the
+// broker's check-back, answered by TransactionCheckHandler, settles the
+// transaction: commit → delivered, rollback → never; "unknown" is asked
+// again.
+func TestSendInTransactionCheckBack(t *testing.T) {
+	srv := startServer(t)
+	proxy := startProxy(t, srv.URL, 0)
+	c := newClient(t, proxy.URL())
+	admin := newClient(t, srv.URL)
+	ctx := t.Context()
+
+	var (
+		mu      sync.Mutex
+		answers = map[string][]sdk.TransactionStatus{} // transaction → answers, one per check, the last repeating
+		checks  = map[string][]int{}                   // transaction → check numbers seen
+	)
+	checkSrv := httptest.NewServer(sdk.TransactionCheckHandler(func(_ context.Context, tc sdk.TransactionCheck) (sdk.TransactionStatus, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		checks[tc.TransactionID] = append(checks[tc.TransactionID], tc.Check)
+		a := answers[tc.TransactionID]
+		if len(a) == 0 {
+			return sdk.TransactionUnknown, nil
+		}
+		st := a[0]
+		if len(a) > 1 {
+			answers[tc.TransactionID] = a[1:]
+		}
+		return st, nil
+	}))
+	defer checkSrv.Close()
+	topic := topicName("tx-check")
+	if _, _, err := admin.PutTopic(ctx, topic, sdk.TopicConfig{TransactionCheckURL: checkSrv.URL}); err != nil {
+		t.Fatal(err)
+	}
+	if top, err := admin.GetTopic(ctx, topic); err != nil || top.TransactionCheckURL != checkSrv.URL {
+		t.Fatalf("topic %+v, %v: want the check URL", top, err)
+	}
+	if _, _, err := admin.PutSubscription(ctx, topic, "g", sdk.SubscriptionConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := sdk.NewProducer(c, topic, sdk.ProducerOptions{Group: "g1", RetryTimeout: 200 * time.Millisecond, NoBreaker: true,
+		TransactionCheckAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	// The broker is cut off while the local transaction runs; the answers
+	// are set before the check can come (it comes after a second).
+	place := func(body string, localErr error, answer ...sdk.TransactionStatus) sdk.TransactionResult {
+		t.Helper()
+		proxy.setDown(false)
+		res, err := p.SendInTransaction(ctx, []sdk.SendMessage{sdk.NewMessage(body)}, func(ctx context.Context) error {
+			tx, _ := sdk.TransactionFromContext(ctx)
+			mu.Lock()
+			answers[tx.TransactionID] = answer
+			mu.Unlock()
+			proxy.setDown(true)
+			return localErr
+		})
+		proxy.setDown(false)
+		if !errors.Is(err, sdk.ErrTransactionUnsettled) || !errors.Is(err, sdk.ErrUnavailable) || res.Status != sdk.TransactionUnknown {
+			t.Fatalf("%s: %+v, %v: want the transaction left to the check-back", body, res, err)
+		}
+		if localErr != nil && !errors.Is(err, localErr) {
+			t.Fatalf("%s: %v does not carry the local error", body, err)
+		}
+		return res
+	}
+	committed := place("committed by its check", nil, sdk.TransactionCommit)
+	errLocal := errors.New("local failure")
+	rolledBack := place("rolled back by its check", errLocal, sdk.TransactionRollback)
+	later := place("unknown, then committed", nil, sdk.TransactionUnknown, sdk.TransactionCommit)
+
+	got := pullAll(t, admin, topic, "g", 2)
+	want := map[string]bool{committed.Results[0].MessageID: true, later.Results[0].MessageID: true}
+	for id, m := range got {
+		if !want[id] {
+			t.Errorf("delivered %q (%s)", m.Body, id)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("%d delivered, want 2", len(got))
+	}
+	waitFor(t, 20*time.Second, "no open transactions", func() (bool, error) {
+		open, err := admin.ListTransactions(ctx, topic)
+		return err == nil && len(open) == 0, err
+	})
+	for _, c := range []struct {
+		res    sdk.TransactionResult
+		state  string
+		checks []int
+	}{
+		{committed, sdk.TransactionCommitted, []int{1}},
+		{rolledBack, sdk.TransactionRolledBack, []int{1}},
+		{later, sdk.TransactionCommitted, []int{1, 2}},
+	} {
+		// The verb the check decided answers 200 again; the other is 409.
+		other := admin.RollbackTransaction
+		same := admin.CommitTransaction
+		if c.state == sdk.TransactionRolledBack {
+			other, same = same, other
+		}
+		info, err := same(ctx, topic, c.res.TransactionID)
+		if err != nil || info.State != c.state || info.DecidedBy != sdk.DecidedByCheck {
+			t.Errorf("%s: %+v, %v: want %s decided by check", c.res.TransactionID, info, err, c.state)
+		}
+		if _, err := other(ctx, topic, c.res.TransactionID); !errors.Is(err, sdk.ErrTransactionSettled) {
+			t.Errorf("%s: the other verb: %v", c.res.TransactionID, err)
+		}
+		mu.Lock()
+		seen := checks[c.res.TransactionID]
+		mu.Unlock()
+		if fmt.Sprint(seen) != fmt.Sprint(c.checks) {
+			t.Errorf("%s: checks %v, want %v", c.res.TransactionID, seen, c.checks)
+		}
 	}
 }
