@@ -26,6 +26,8 @@ type Alert struct {
 	Max        int64
 	At         time.Time
 	WebhookURL string
+	// TransactionID names the transaction of a transaction alert.
+	TransactionID string
 }
 
 // Notifier delivers alert changes (the binary POSTs them to webhooks).

@@ -29,7 +29,9 @@ type request struct {
 	kind  requestKind
 	topic *topic
 	msgs  []*Message
-	admin func(Batch)
+	// prepare makes the send's messages half messages of this transaction.
+	prepare *TransactionRecord
+	admin   func(Batch)
 	// writes are applied in order. Once the batch is durable, before the
 	// requester is answered, the appender hands effects over to their
 	// subscriptions (effects.go) and runs after: what the batch changes in
@@ -466,6 +468,9 @@ func (b *Broker) applyAppend(batch Batch, r *request, nowMs int64) int64 {
 	b.mu.RLock()
 	queues, topicID := r.topic.queues, r.topic.rec.ID
 	b.mu.RUnlock()
+	if r.prepare != nil {
+		return b.applyPrepare(batch, r, nowMs)
+	}
 	r.results = make([]SendResult, len(r.msgs))
 	var firstDelay int64
 	for i, m := range r.msgs {

@@ -71,6 +71,10 @@ type Options struct {
 	// forge them. Empty means a random key for the broker's lifetime:
 	// then handles do not survive a restart.
 	ReceiptKey []byte
+	// TransactionChecker asks producers about undecided transactions; nil
+	// makes every check fail (and the transaction roll back after its
+	// last). Only the broker serving a topic runs: a cluster's leader.
+	TransactionChecker TransactionChecker
 	// Proposer makes each batch the broker commits durable; nil commits to
 	// the store (synced unless NoSync). A cluster's proposer hands
 	// batch.Repr() to raft and every replica applies it with
@@ -193,6 +197,15 @@ type Broker struct {
 
 	tel *telemetry
 
+	// ctx ends when Close begins: the checks in flight stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// txMu guards the open transactions (transaction.go).
+	txMu       sync.Mutex
+	txns       map[uint64]*txn
+	txByMsg    map[string]*txn
+	checkSlots chan struct{}
+
 	// leaseIDs counts the leases of this epoch from 1. epoch is raised and
 	// made durable on every start, so a handle names the run that gave it.
 	leaseIDs atomic.Uint64
@@ -209,6 +222,8 @@ type topic struct {
 	// deleted is set by the appender when a delete is applied; later
 	// appends to the same *topic fail.
 	deleted atomic.Bool
+	// half counts the half messages of open transactions (transaction.go).
+	half atomic.Int64
 	// indexCut is the secondary index bucket retention last cut below.
 	indexCut atomic.Uint32
 	// metricAttrs labels the topic's send counters, made once: building
@@ -259,20 +274,33 @@ func New(store Store, opts Options) (*Broker, error) {
 		polling:    make(chan struct{}),
 		lastTopic:  snap.LastTopicID,
 		lastSub:    snap.LastSubID,
+		txns:       map[uint64]*txn{},
+		txByMsg:    map[string]*txn{},
+		checkSlots: make(chan struct{}, maxConcurrentChecks),
 	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.arrivedFunc = b.arrived
 	b.restoreCounters(snap)
 	// A new epoch before anything is served: a receipt handle from before
 	// this start can never match a lease made after it.
 	b.epoch = snap.Epoch + 1
-	if err := commitEpoch(store, opts.epochProposer(), b.epoch); err != nil {
+	for _, rec := range snap.Topics {
+		b.topicsByID[rec.ID] = newTopic(rec)
+	}
+	putTxTimers, firstCheck := b.restoreTransactions(snap.Transactions)
+	if err := commitEpoch(store, opts.epochProposer(), b.epoch, putTxTimers); err != nil {
+		b.cancel()
 		return nil, fmt.Errorf("core: epoch: %w", err)
 	}
 	b.receipts = newReceiptSealer(opts.ReceiptKey)
-	b.timerCursor.Store(snap.FirstTimerMs)
+	firstTimer := snap.FirstTimerMs
+	if firstCheck > 0 && (firstTimer == 0 || firstCheck < firstTimer) {
+		firstTimer = firstCheck
+	}
+	b.timerCursor.Store(firstTimer)
 	b.committedSeq.Store(b.nextSeq)
 	for _, rec := range snap.Topics {
-		t := newTopic(rec)
+		t := b.topicsByID[rec.ID]
 		ranges := snap.Queues[rec.ID]
 		for i := range rec.Queues {
 			q := &queue{topicID: rec.ID, id: uint32(i)}
@@ -351,10 +379,11 @@ func New(store Store, opts Options) (*Broker, error) {
 	return b, nil
 }
 
-func commitEpoch(store Store, p Proposer, epoch uint64) error {
+func commitEpoch(store Store, p Proposer, epoch uint64, also func(Batch)) error {
 	batch := store.NewBatch()
 	defer batch.Close()
 	batch.PutEpoch(epoch)
+	also(batch)
 	return p.Propose(batch, true)
 }
 
@@ -375,6 +404,7 @@ func (b *Broker) Close() error {
 		return nil
 	}
 	b.StopPolling()
+	b.cancel()
 	close(b.closing)
 	b.closeMu.Unlock()
 	b.wg.Wait()
@@ -401,6 +431,15 @@ func (b *Broker) topic(name string) (*topic, error) {
 type TopicConfig struct {
 	Queues         int
 	RetentionHours int
+	// TransactionCheckURL, when not nil, sets where half messages left
+	// undecided are checked ("" clears it); nil leaves it as it is.
+	TransactionCheckURL *string
+	// TransactionMaxChecks, when not 0, sets how many checks a half
+	// message gets before it is rolled back (default 15).
+	TransactionMaxChecks int
+	// TransactionAlertURL, when not nil, sets the webhook of the alert a
+	// transaction rolled back after its last check fires.
+	TransactionAlertURL *string
 }
 
 // TopicInfo describes a topic and its queues.
@@ -413,6 +452,12 @@ type TopicInfo struct {
 	Bytes          int64
 	QueueStats     []QueueStat
 	Subscriptions  []string
+	// HalfMessages counts the topic's half messages (open transactions'),
+	// which are in neither Messages nor Bytes.
+	HalfMessages         int64
+	TransactionCheckURL  string
+	TransactionMaxChecks int
+	TransactionAlertURL  string
 }
 
 // QueueStat is a queue's retained offsets [MinOffset, MaxOffset).
@@ -433,6 +478,9 @@ func (b *Broker) PutTopic(ctx context.Context, name string, cfg TopicConfig) (To
 	}
 	if cfg.RetentionHours < 0 || cfg.RetentionHours > MaxRetentionHours {
 		return TopicInfo{}, false, invalid("/retentionHours", "must be between 1 and %d", MaxRetentionHours)
+	}
+	if err := validateTransactionConfig(cfg); err != nil {
+		return TopicInfo{}, false, err
 	}
 	b.adminMu.Lock()
 	defer b.adminMu.Unlock()
@@ -456,6 +504,9 @@ func (b *Broker) PutTopic(ctx context.Context, name string, cfg TopicConfig) (To
 	}
 	if cfg.RetentionHours != 0 && cfg.RetentionHours != rec.RetentionHours {
 		rec.RetentionHours, changed = cfg.RetentionHours, true
+	}
+	if applyTransactionConfig(&rec, cfg) {
+		changed = true
 	}
 	if changed {
 		b.mu.RLock()
@@ -494,6 +545,7 @@ func (b *Broker) createTopicLocked(ctx context.Context, name string, cfg TopicCo
 		ID: b.lastTopic + 1, Name: name, Queues: cfg.Queues,
 		RetentionHours: cfg.RetentionHours, CreatedAtMs: b.now().UnixMilli(),
 	}
+	applyTransactionConfig(rec, cfg)
 	lastSub := b.lastSub
 	t := newTopic(rec)
 	for i := range rec.Queues {
@@ -573,7 +625,9 @@ func (b *Broker) topicInfo(t *topic) TopicInfo {
 	info := TopicInfo{
 		Name: rec.Name, Queues: rec.Queues, RetentionHours: rec.RetentionHours,
 		CreatedAt: time.UnixMilli(rec.CreatedAtMs).UTC(), Subscriptions: subs,
-		QueueStats: make([]QueueStat, len(queues)),
+		QueueStats: make([]QueueStat, len(queues)), HalfMessages: t.half.Load(),
+		TransactionCheckURL: rec.TransactionCheckURL, TransactionMaxChecks: rec.maxChecks(),
+		TransactionAlertURL: rec.TransactionAlertURL,
 	}
 	for i, q := range queues {
 		lo, hi := q.min.Load(), q.next.Load()
@@ -604,12 +658,15 @@ func (b *Broker) DeleteTopic(ctx context.Context, name string) error {
 	for i, s := range subs {
 		perSub[i].retries, perSub[i].cursorIDs = s.retriesOf()
 	}
+	txRecs, dropTxns := b.topicTransactions(rec.ID)
 	req := &request{kind: reqAdmin, admin: func(batch Batch) {
 		for i, s := range subs {
 			deleteSubscriptionWrites(batch, s, perSub[i].retries, perSub[i].cursorIDs)
 		}
+		dropTxns(batch)
 		batch.DeleteTopic(rec)
 	}, after: func() {
+		b.forgetTransactions(txRecs)
 		// Before the appender's next batch: a send queued behind the
 		// delete finds the topic gone.
 		t.deleted.Store(true)

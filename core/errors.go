@@ -23,6 +23,11 @@ var (
 	// ErrNoLeader: the raft group that holds the data has no leader this
 	// node can reach, or lost it while a request was being answered.
 	ErrNoLeader = errors.New("no leader")
+	// ErrTransactionNotFound: no transaction of that id on the topic (never
+	// prepared, or settled longer ago than the topic's retention).
+	ErrTransactionNotFound = errors.New("transaction not found")
+	// ErrTransactionSettled: the transaction was settled the other way.
+	ErrTransactionSettled = errors.New("transaction settled")
 )
 
 // ValidationError reports one bad field of a request. Field is a JSON pointer

@@ -17,6 +17,9 @@ const (
 	StateRetrying = "retrying"
 	StateDead     = "dead"
 	StateFiltered = "filtered"
+	// StateHalf: a half message of an open transaction, delivered to no
+	// subscription until it commits.
+	StateHalf = "half"
 )
 
 // MessageState is where a message is for one subscription (one consumer,
@@ -69,6 +72,15 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 	if found == nil {
 		if found, err = b.findDelayed(rec, id); err != nil {
 			return nil, nil, err
+		}
+	}
+	if found == nil {
+		var txID string
+		if found, txID, err = b.findHalf(rec.ID, id); err != nil {
+			return nil, nil, err
+		}
+		if found != nil {
+			found.TransactionID = txID
 		}
 	}
 	if found == nil {
@@ -126,7 +138,7 @@ func (b *Broker) findByID(rec *TopicRecord, id string) (*Message, error) {
 func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, error) {
 	// A delayed message not yet due (findDelayed) has no offset, so no
 	// history and no delivery: it is pending, or filtered out, everywhere.
-	waiting := m.DeliverAtMs > 0
+	waiting := m.DeliverAtMs > 0 || m.TransactionID != ""
 	var hist []*HistoryRecord
 	dead := map[uint32]*Dead{}
 	if !waiting {
@@ -150,7 +162,10 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 	s.lock()
 	defer s.mu.Unlock()
 	untouched := StatePending
-	if !s.filter.matches(m.Tag) {
+	switch {
+	case m.TransactionID != "":
+		untouched = StateHalf
+	case !s.filter.matches(m.Tag):
 		untouched = StateFiltered
 	}
 	var out []MessageState

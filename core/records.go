@@ -12,6 +12,14 @@ type TopicRecord struct {
 	Queues         int    `json:"queues"`
 	RetentionHours int    `json:"retentionHours"`
 	CreatedAtMs    int64  `json:"createdAtMs"`
+	// TransactionCheckURL is where the broker asks a producer about a half
+	// message left undecided (transaction.go); empty: nowhere, every check
+	// fails. TransactionMaxChecks bounds the checks (0: the default).
+	TransactionCheckURL  string `json:"transactionCheckUrl,omitempty"`
+	TransactionMaxChecks int    `json:"transactionMaxChecks,omitempty"`
+	// TransactionAlertURL receives the alert of a transaction rolled back
+	// because its checks ran out.
+	TransactionAlertURL string `json:"transactionAlertUrl,omitempty"`
 }
 
 // Subscription modes.
@@ -58,6 +66,9 @@ type Message struct {
 	DeliverAtMs int64
 	// DedupKey makes a repeated send within DedupWindow store nothing.
 	DedupKey string
+	// TransactionID is set (never stored) on a half message that message
+	// query found: it is in that open transaction, not in a queue.
+	TransactionID string
 }
 
 // TagHash is the 32-bit FNV-1a of a tag, kept in the queue index so filters

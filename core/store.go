@@ -25,6 +25,9 @@ type Store interface {
 	OffsetAtTime(topicID, queueID uint32, timeMs int64) (offset uint64, ok bool, err error)
 	// ReadParked returns a parked message of a kind, or ErrMessageNotFound.
 	ReadParked(kind byte, id uint64) (*Parked, error)
+	// ReadTransaction returns a transaction record, open or settled, or
+	// ErrTransactionNotFound.
+	ReadTransaction(id uint64) (*TransactionRecord, error)
 	// ScanTimers calls fn for timers due in [fromMs, toMs] in due order.
 	ScanTimers(fromMs, toMs int64, fn func(dueMs int64, id uint64, kind byte) bool) error
 	// ScanDead calls fn for a subscription's dead messages with deadAt in
@@ -136,6 +139,10 @@ type Batch interface {
 	PutTimer(dueMs int64, id uint64, kind byte)
 	// DeleteTimersBefore drops timers due before dueMs (already processed).
 	DeleteTimersBefore(dueMs int64)
+	// PutTransaction records a transaction; a settled one replaces its open
+	// record (Load returns only open ones). DeleteTransaction drops either.
+	PutTransaction(r *TransactionRecord)
+	DeleteTransaction(r *TransactionRecord)
 	PutDead(d *Dead)
 	DeleteDead(d *Dead)
 	PutDedup(r *DedupRecord)
@@ -217,6 +224,8 @@ type Snapshot struct {
 	DeadCounts map[uint32]int64
 	// Dedup holds the remembered sends, oldest first.
 	Dedup []*DedupRecord
+	// Transactions holds the open transactions.
+	Transactions []*TransactionRecord
 	// Attempts holds every AttemptRecord keyed by cursor id, in (queue,
 	// offset) order.
 	Attempts map[uint32][]AttemptRecord
@@ -265,6 +274,14 @@ const (
 	ParkedRetry byte = 'r'
 	// ParkedDelayed is a delayed send, appended to its queue when due.
 	ParkedDelayed byte = 'd'
+	// ParkedHalf is a half message (transaction.go): appended to its queue
+	// when its transaction commits, dropped when it rolls back. It has no
+	// timer of its own (its transaction has); DueMs holds its delay in ms,
+	// counted from the commit.
+	ParkedHalf byte = 'h'
+	// TimerTransaction is the timer kind of a transaction record: its next
+	// check while open, the end of its retention once settled.
+	TimerTransaction byte = 'x'
 )
 
 // Parked is a message waiting for a timer, kept apart from the queues so

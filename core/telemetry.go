@@ -27,22 +27,30 @@ const (
 	SpanRetry        = "tidemq.retry"
 	SpanRedrive      = "tidemq.redrive"
 	SpanDelayFire    = "tidemq.delay.fire"
+	SpanTxPrepare    = "tidemq.transaction.prepare"
+	SpanTxCommit     = "tidemq.transaction.commit"
+	SpanTxRollback   = "tidemq.transaction.rollback"
+	SpanTxCheck      = "tidemq.transaction.check"
 )
 
 // telemetry holds the broker's tracer and instruments. Spans are exported
 // by whatever TracerProvider the caller gave (a batch processor in the
 // binary), so recording one never waits for the network.
 type telemetry struct {
-	tracer     trace.Tracer
-	recorder   spanRecorder // the tracer, when it records finished spans in one call
-	tracing    bool
-	msgsIn     metric.Int64Counter
-	bytesIn    metric.Int64Counter
-	msgsOut    metric.Int64Counter
-	bytesOut   metric.Int64Counter
-	alerts     metric.Int64Counter
-	longPolls  atomic.Int64
-	registered metric.Registration
+	tracer   trace.Tracer
+	recorder spanRecorder // the tracer, when it records finished spans in one call
+	tracing  bool
+	msgsIn   metric.Int64Counter
+	bytesIn  metric.Int64Counter
+	msgsOut  metric.Int64Counter
+	bytesOut metric.Int64Counter
+	alerts   metric.Int64Counter
+	// transactions counts transactions by outcome (prepared, committed,
+	// rolled_back) and who decided; checks counts checks by answer.
+	transactions metric.Int64Counter
+	checks       metric.Int64Counter
+	longPolls    atomic.Int64
+	registered   metric.Registration
 }
 
 func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (*telemetry, error) {
@@ -72,6 +80,8 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	t.msgsOut = counter("tidemq.messages.out", "{message}", "Messages delivered, per topic and group.")
 	t.bytesOut = counter("tidemq.bytes.out", "By", "Message body bytes delivered, per topic and group.")
 	t.alerts = counter("tidemq.alerts", "{alert}", "Alert changes, per alert and status.")
+	t.transactions = counter("tidemq.transactions", "{transaction}", "Transactions by outcome (prepared, committed, rolled_back) and decided_by (request, check, check_limit), per topic.")
+	t.checks = counter("tidemq.transaction.checks", "{check}", "Transaction checks by status (commit, rollback, unknown, failed), per topic.")
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +101,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	topicMsgs := gauge("tidemq.topic.messages", "{message}", "Messages retained, per topic.")
 	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
+	halfMsgs := gauge("tidemq.topic.half_messages", "{message}", "Half messages of open transactions, per topic.")
 	spansDropped := gauge("tidemq.trace.spans_dropped", "{span}", "Spans dropped since start because the export queue was full (OTEL_BSP_MAX_QUEUE_SIZE): the exporter fell behind.")
 	if err != nil {
 		return nil, err
@@ -105,6 +116,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			attrs := metric.WithAttributes(attribute.String("topic", ti.Name))
 			o.ObserveInt64(topicMsgs, ti.Messages, attrs)
 			o.ObserveInt64(topicBytes, ti.Bytes, attrs)
+			o.ObserveInt64(halfMsgs, ti.HalfMessages, attrs)
 			subs, _ := b.ListSubscriptions(ti.Name)
 			for _, s := range subs {
 				a := metric.WithAttributes(attribute.String("topic", ti.Name), attribute.String("group", s.Group))
@@ -122,7 +134,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(spansDropped, int64(dropper.Dropped()))
 		}
 		return nil
-	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, storeBytes, spansDropped)
+	}, lag, inflight, retrying, dlq, parked, topicMsgs, topicBytes, halfMsgs, storeBytes, spansDropped)
 	return t, err
 }
 

@@ -143,6 +143,8 @@ func (b *Broker) fireDue(nowMs int64) bool {
 		switch f.kind {
 		case ParkedRetry:
 			b.fireRetry(f.id, f.due)
+		case TimerTransaction:
+			b.fireTransaction(f.id, f.due)
 		case ParkedDelayed:
 			p, err := b.store.ReadParked(ParkedDelayed, f.id)
 			if err != nil {

@@ -26,8 +26,11 @@ func (t Time) MarshalJSON() ([]byte, error) {
 func msTime(ms int64) Time { return Time(time.UnixMilli(ms)) }
 
 type topicRequest struct {
-	Queues         int `json:"queues"`
-	RetentionHours int `json:"retentionHours"`
+	Queues               int     `json:"queues"`
+	RetentionHours       int     `json:"retentionHours"`
+	TransactionCheckURL  *string `json:"transactionCheckUrl"`
+	TransactionMaxChecks int     `json:"transactionMaxChecks"`
+	TransactionAlertURL  *string `json:"transactionAlertUrl"`
 }
 
 type queueStat struct {
@@ -45,6 +48,11 @@ type topicJSON struct {
 	Bytes          int64       `json:"bytes"`
 	QueueStats     []queueStat `json:"queueStats"`
 	Subscriptions  []string    `json:"subscriptions"`
+	HalfMessages   int64       `json:"halfMessages"`
+	// Transaction settings (SPEC §9).
+	TransactionCheckURL  string `json:"transactionCheckUrl,omitempty"`
+	TransactionMaxChecks int    `json:"transactionMaxChecks"`
+	TransactionAlertURL  string `json:"transactionAlertUrl,omitempty"`
 }
 
 func topicOut(t core.TopicInfo) topicJSON {
@@ -52,6 +60,8 @@ func topicOut(t core.TopicInfo) topicJSON {
 		Topic: t.Name, Queues: t.Queues, RetentionHours: t.RetentionHours,
 		CreatedAt: Time(t.CreatedAt), Messages: t.Messages, Bytes: t.Bytes,
 		QueueStats: make([]queueStat, len(t.QueueStats)), Subscriptions: t.Subscriptions,
+		HalfMessages: t.HalfMessages, TransactionCheckURL: t.TransactionCheckURL,
+		TransactionMaxChecks: t.TransactionMaxChecks, TransactionAlertURL: t.TransactionAlertURL,
 	}
 	for i, q := range t.QueueStats {
 		out.QueueStats[i] = queueStat(q)
@@ -71,6 +81,8 @@ type sendRequest struct {
 	DelaySeconds *int64
 	DeliverAt    *time.Time
 	DedupKey     string
+	// CheckAfterSeconds > 0: the send's "transaction" (a half message).
+	CheckAfterSeconds int64
 }
 
 // appendSendResult writes one SendResult. By hand: a batch reply holds up
@@ -91,6 +103,12 @@ func appendSendResult(dst []byte, r core.SendResult) []byte {
 	dst = wire.AppendTime(dst, r.StoredAt)
 	dst = append(dst, `","duplicate":`...)
 	dst = strconv.AppendBool(dst, r.Duplicate)
+	if r.TransactionID != "" {
+		// A NUID and digits: no escaping either.
+		dst = append(dst, `,"transactionId":"`...)
+		dst = append(dst, r.TransactionID...)
+		dst = append(dst, '"')
+	}
 	return append(dst, '}')
 }
 
@@ -107,7 +125,13 @@ func batchResultJSON(results []core.SendResult) []byte {
 		}
 		out = appendSendResult(out, r)
 	}
-	return append(out, "]}"...)
+	out = append(out, ']')
+	if len(results) > 0 && results[0].TransactionID != "" {
+		out = append(out, `,"transactionId":"`...)
+		out = append(out, results[0].TransactionID...)
+		out = append(out, '"')
+	}
+	return append(out, '}')
 }
 
 // messageJSON is a stored message as clients see it; pulled messages add
@@ -130,6 +154,9 @@ type messageJSON struct {
 	DeliveryAttempt int               `json:"deliveryAttempt,omitempty"`
 	ReceiptHandle   string            `json:"receiptHandle,omitempty"`
 	Traceparent     string            `json:"traceparent,omitempty"`
+	// State and TransactionID: a half message found by query ("half").
+	State         string `json:"state,omitempty"`
+	TransactionID string `json:"transactionId,omitempty"`
 }
 
 // messageOut renders a body as sent: base64 when it was sent so or is not
@@ -145,6 +172,9 @@ func messageOut(topic string, m *core.Message) messageJSON {
 		// Only a delayed message not yet due has one (core.Broker.GetMessage).
 		at := msTime(m.DeliverAtMs)
 		out.Offset, out.DeliverAt = nil, &at
+	}
+	if m.TransactionID != "" {
+		out.Offset, out.State, out.TransactionID = nil, core.StateHalf, m.TransactionID
 	}
 	if m.BodyBase64 || !utf8.Valid(m.Body) {
 		out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(m.Body), "base64"

@@ -25,6 +25,16 @@ type Broker interface {
 	// Send stores msgs on a topic atomically, answering once they are
 	// durable; it fills in each message's ID, queue, offset and store time.
 	Send(ctx context.Context, topic string, msgs []*core.Message) ([]core.SendResult, error)
+	// SendTransaction stores msgs as the half messages of one new
+	// transaction, checked back after checkAfter (SPEC §9).
+	SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, error)
+	// CommitTransaction and RollbackTransaction settle a transaction;
+	// each is idempotent, and the other verb after one is
+	// core.ErrTransactionSettled.
+	CommitTransaction(ctx context.Context, topic, txID string) (core.TransactionInfo, error)
+	RollbackTransaction(ctx context.Context, topic, txID string) (core.TransactionInfo, error)
+	// ListTransactions describes a topic's open transactions.
+	ListTransactions(topic string) ([]core.TransactionInfo, error)
 	// Arriving counts a request that will write (a send, an ack) from the
 	// moment it arrives, before its body is read, until done is called:
 	// the group commit expects it.

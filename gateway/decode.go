@@ -270,11 +270,34 @@ func (br *bodyReader) sendMessage(req *sendRequest) error {
 			}
 		case "dedupKey":
 			req.DedupKey, err = br.text(lim.dedupKey)
+		case "transaction":
+			if br.dec.StackDepth() > 1 {
+				// A batch's entries share one transaction, given beside them.
+				return br.fail("property %q is unsupported in a batch entry: give it once, beside messages", name)
+			}
+			req.CheckAfterSeconds, err = br.transaction()
 		default:
 			return br.fail("property %q is unsupported", name)
 		}
 		return err
 	})
+}
+
+// transaction reads a Transaction object: its checkAfterSeconds.
+func (br *bodyReader) transaction() (int64, error) {
+	var n int64
+	err := br.object(func(name []byte) error {
+		if string(name) != "checkAfterSeconds" {
+			return br.fail("property %q is unsupported", name)
+		}
+		var err error
+		n, err = br.integer(br.lim.checkAfter)
+		return err
+	})
+	if err == nil && n == 0 {
+		return 0, &fieldError{where: "/transaction/checkAfterSeconds", reason: "is required"}
+	}
+	return n, err
 }
 
 // tag reads a Tag: no '|' and no white space, of the length the schema's
@@ -301,10 +324,10 @@ func decodeSend(body []byte) (*sendRequest, error) {
 	return l.decodeSend(body)
 }
 
-func decodeBatch(body []byte) ([]sendRequest, error) {
+func decodeBatch(body []byte) ([]sendRequest, int64, error) {
 	l, err := specLimits()
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return l.decodeBatch(body)
 }
@@ -338,12 +361,18 @@ func (l *bodyLimits) decodeSend(body []byte) (*sendRequest, error) {
 	return req, br.end()
 }
 
-func (l *bodyLimits) decodeBatch(body []byte) ([]sendRequest, error) {
+func (l *bodyLimits) decodeBatch(body []byte) ([]sendRequest, int64, error) {
 	br := newBodyReader(body, l)
 	defer br.release()
 	var msgs []sendRequest
+	var checkAfter int64
 	seen := false
 	err := br.object(func(name []byte) error {
+		if string(name) == "transaction" {
+			var err error
+			checkAfter, err = br.transaction()
+			return err
+		}
 		if string(name) != "messages" {
 			return br.fail("property %q is unsupported", name)
 		}
@@ -364,12 +393,12 @@ func (l *bodyLimits) decodeBatch(body []byte) ([]sendRequest, error) {
 		})
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !seen {
-		return nil, &fieldError{where: "/messages", reason: "is required"}
+		return nil, 0, &fieldError{where: "/messages", reason: "is required"}
 	}
-	return msgs, br.end()
+	return msgs, checkAfter, br.end()
 }
 
 func (l *bodyLimits) decodePull(body []byte) (pullRequest, error) {

@@ -88,7 +88,7 @@ var hotRoutes = []hotRoute{
 		slowJSON[specSend]},
 	{"batch", "/v1/topics/t/messages:batch",
 		func(b []byte) (any, error) {
-			rs, err := decodeBatch(b)
+			rs, _, err := decodeBatch(b)
 			if err != nil {
 				return nil, err
 			}
@@ -264,7 +264,7 @@ func TestHotBodyProblemsNameTheField(t *testing.T) {
 		var derr error
 		switch {
 		case strings.HasSuffix(tc.path, ":batch"):
-			_, derr = decodeBatch([]byte(tc.body))
+			_, _, derr = decodeBatch([]byte(tc.body))
 		case strings.HasSuffix(tc.path, "/pull"):
 			_, derr = decodePull([]byte(tc.body))
 		default:

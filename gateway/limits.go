@@ -29,6 +29,7 @@ type bodyLimits struct {
 	invisible     intRange
 	consumerID    textLength
 	handles       itemCount // AckRequest.receiptHandles
+	checkAfter    intRange  // Transaction.checkAfterSeconds
 }
 
 // textLength bounds a string's length in characters; max 0 is no bound.
@@ -65,6 +66,7 @@ func readBodyLimits(spec []byte) (*bodyLimits, error) {
 		invisible:     r.integer("PullRequest", "invisibleSeconds"),
 		consumerID:    r.text(r.prop("PullRequest", "consumerId")),
 		handles:       r.items("AckRequest", "receiptHandles"),
+		checkAfter:    r.integer("Transaction", "checkAfterSeconds"),
 	}
 	if keys := r.prop("SendMessage", "keys"); keys != nil {
 		if keys.Items == nil || keys.Items.Value == nil {

@@ -20,7 +20,7 @@ func TestBodyLimitsFollowTheSpec(t *testing.T) {
 		return doc.Components.Schemas[schema].Value.Properties[name].Value
 	}
 	send := func(l *bodyLimits, b string) error { _, err := l.decodeSend([]byte(b)); return err }
-	batch := func(l *bodyLimits, b string) error { _, err := l.decodeBatch([]byte(b)); return err }
+	batch := func(l *bodyLimits, b string) error { _, _, err := l.decodeBatch([]byte(b)); return err }
 	pull := func(l *bodyLimits, b string) error { _, err := l.decodePull([]byte(b)); return err }
 	ack := func(l *bodyLimits, b string) error { _, err := l.decodeAck([]byte(b)); return err }
 	for _, tc := range []struct {

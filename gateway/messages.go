@@ -18,11 +18,15 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	now := time.Now()
 	var m *core.Message
 	var err error
+	var checkAfter int64
 	if len(body) == 0 {
 		return s.explainBody(r, body, &fieldError{reason: "a request body is required"})
 	}
 	if isRaw(r) {
 		m, err = s.rawMessage(r, body, now)
+		if err == nil {
+			checkAfter, err = rawCheckAfter(r)
+		}
 	} else {
 		var req *sendRequest
 		if req, err = decodeSend(body); err != nil {
@@ -32,12 +36,18 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 			req.DedupKey = r.Header.Get("Idempotency-Key")
 		}
 		m, err = s.jsonMessage(req, "", now)
+		checkAfter = req.CheckAfterSeconds
 	}
 	if err != nil {
 		return err
 	}
 	stampProducer(m, r)
-	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m})
+	var results []core.SendResult
+	if checkAfter > 0 {
+		results, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m}, time.Duration(checkAfter)*time.Second)
+	} else {
+		results, err = s.b.Send(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m})
+	}
 	if ve, ok := errors.AsType[*core.ValidationError](err); ok {
 		ve.Entry = -1 // a single send has no entries
 	}
@@ -48,7 +58,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 }
 
 func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) error {
-	reqs, err := decodeBatch(body)
+	reqs, checkAfter, err := decodeBatch(body)
 	if err != nil {
 		return s.explainBody(r, body, err)
 	}
@@ -65,7 +75,12 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 		stampProducer(m, r)
 		msgs[i] = m
 	}
-	results, err := s.b.Send(r.Context(), chi.URLParam(r, "topic"), msgs)
+	var results []core.SendResult
+	if checkAfter > 0 {
+		results, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), msgs, time.Duration(checkAfter)*time.Second)
+	} else {
+		results, err = s.b.Send(r.Context(), chi.URLParam(r, "topic"), msgs)
+	}
 	if ve, ok := errors.AsType[*core.ValidationError](err); ok && ve.Entry >= 0 {
 		ve.Field = fmt.Sprintf("/messages/%d%s", ve.Entry, ve.Field)
 	}
@@ -73,6 +88,21 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 		return err
 	}
 	return writeBody(w, http.StatusCreated, batchResultJSON(results))
+}
+
+// rawCheckAfter reads X-Tidemq-Transaction-Check-After, the raw form's
+// "transaction": 0 when absent.
+func rawCheckAfter(r *http.Request) (int64, error) {
+	v := r.Header.Get("X-Tidemq-Transaction-Check-After")
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < core.MinCheckAfterSeconds || n > core.MaxCheckAfterSeconds {
+		return 0, badRequest("/headers/X-Tidemq-Transaction-Check-After",
+			"X-Tidemq-Transaction-Check-After must be a whole number of seconds, %d-%d", core.MinCheckAfterSeconds, core.MaxCheckAfterSeconds)
+	}
+	return n, nil
 }
 
 func isRaw(r *http.Request) bool {

@@ -41,6 +41,8 @@ var problemTable = []struct {
 	{core.ErrSubscriptionNotFound, problemKind{404, "subscription_not_found", "Subscription not found"}},
 	{core.ErrMessageNotFound, problemKind{404, "message_not_found", "Message not found"}},
 	{core.ErrQueueCountDecrease, problemKind{409, "queue_count_decrease", "Queue count cannot decrease"}},
+	{core.ErrTransactionNotFound, problemKind{404, "transaction_not_found", "Transaction not found"}},
+	{core.ErrTransactionSettled, problemKind{409, "transaction_settled", "Transaction settled"}},
 	{core.ErrModeConflict, problemKind{409, "subscription_mode_conflict", "Subscription mode conflict"}},
 	{core.ErrMessageTooLarge, problemKind{413, "message_too_large", "Message too large"}},
 	{core.ErrTooManyRequests, problemKind{429, "too_many_requests", "Too many requests"}},

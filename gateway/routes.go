@@ -51,6 +51,8 @@ func (s *Server) routes() *chi.Mux {
 	m.Post("/v1/topics/{topic}/messages:batch", s.writes(s.apiOwnBody(ActionPublish, s.timed("batch_send", s.sendBatch))))
 	m.Get("/v1/topics/{topic}/messages", s.api(ActionAdmin, s.queryMessages))
 	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(ActionAdmin, s.getMessage))
+	m.Get("/v1/topics/{topic}/transactions", s.api(ActionAdmin, s.listTransactions))
+	m.Post("/v1/topics/{topic}/transactions/{transactionAction}", s.writes(s.api(ActionPublish, s.settleTransaction)))
 
 	m.Get("/v1/topics/{topic}/subscriptions", s.api(ActionAdmin, s.listSubscriptions))
 	m.Put("/v1/topics/{topic}/subscriptions/{group}", s.api(ActionAdmin, s.putSubscription))

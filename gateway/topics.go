@@ -24,7 +24,10 @@ func (s *Server) putTopic(w http.ResponseWriter, r *http.Request, body []byte) e
 	if err := decodeJSON(body, &req); err != nil {
 		return err
 	}
-	info, created, err := s.b.PutTopic(r.Context(), chi.URLParam(r, "topic"), core.TopicConfig(req))
+	info, created, err := s.b.PutTopic(r.Context(), chi.URLParam(r, "topic"), core.TopicConfig{
+		Queues: req.Queues, RetentionHours: req.RetentionHours, TransactionCheckURL: req.TransactionCheckURL,
+		TransactionMaxChecks: req.TransactionMaxChecks, TransactionAlertURL: req.TransactionAlertURL,
+	})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,8 @@
 // and its part of Load: meta.go (topics, subscriptions, the highest ids,
 // the broker's counters and epoch), messages.go (the log, the queue index,
 // the time index, queue positions), index.go (secondary indexes), parked.go
-// (retries, delayed sends and their timers), dead.go (dead letters),
+// (retries, delayed sends and their timers), transactions.go (transaction
+// records; their half messages are parked records), dead.go (dead letters),
 // dedup.go (remembered sends), history.go (delivery history), consumers.go
 // (acks and broadcast members), attempts.go (delivery attempts), raftlog.go
 // (raft groups' logs and stable stores). keys.go
@@ -47,7 +48,10 @@
 //	F       F cursorID queueID offset                     delivery attempts: failed attempts uvarint, orderly suspension end ms varint (queue 0xffffffff: a parked retry, offset = its R id)
 //	R       R id                                          parked retry: header + message record
 //	P       P id                                          parked delayed send: header + message record
-//	D       D dueMs id                                    kind u8 (timer of an R or P record)
+//	h       h id                                          parked half message: header (dueMs = its delay after the commit) + message record
+//	x       x id                                          open transaction record (JSON core.TransactionRecord: txId, topic, parked ids, message ids, checks, next check)
+//	y       y id                                          settled transaction record (JSON; its state, when, by whom; dropped by its timer after the topic's retention)
+//	D       D dueMs id                                    kind u8 (timer of an R or P record, or x: a transaction's next check or a settled one's end)
 //	X       X subID deadAtMs id                           dead message: attempt, cursor, reason, message record
 //	U       U topicID dedupKey                            remembered send result (5 minutes)
 //	r       r group 'l' index                             raft log entry of group (u32): version u8, index, term, type, data, extensions, appendedAt (raftlog.go)
@@ -122,6 +126,15 @@
 //     replicas (each has its own votes and log tail): Fingerprint, which
 //     compares the replicated state, leaves them out; Checkpoint still
 //     copies the whole store.
+//   - A transaction's record is open (x) until committed or rolled back,
+//     then settled (y), deleted from x in the same batch: Load reads only
+//     the open ones, which are few, while settled ones stay a topic's
+//     retention so that commit and rollback stay idempotent. Its half
+//     messages (h) are parked copies like P records, but have no timer:
+//     the record's timer (D, kind x) drives the checks, and a commit
+//     appends them and deletes them in one batch. Records are keyed by id,
+//     not topic: a topic's delete drops its open ones by name (core knows
+//     them), and settled ones expire by their timer.
 //   - Leases are not stored: they live in memory (core), and losing them in
 //     a crash only means redelivery, which at-least-once allows. Acks are
 //     stored as a watermark per cursor and queue (C) plus the acks above it

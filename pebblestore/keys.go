@@ -25,6 +25,9 @@ const (
 	prefixMember    = 'M' // M subID consumerID → cursor id
 	prefixRetry     = 'R' // R id → parked retry
 	prefixDelayed   = 'P' // P id → parked delayed send
+	prefixHalf      = 'h' // h id → parked half message (transactions.go)
+	prefixTxOpen    = 'x' // x id → open transaction record (JSON)
+	prefixTxSettled = 'y' // y id → settled transaction record (JSON)
 	prefixTimer     = 'D' // D dueMs id → kind
 	prefixDead      = 'X' // X subID deadAtMs id → dead message
 	prefixDedup     = 'U' // U topicID key → remembered send result
@@ -169,11 +172,15 @@ func appendHistoryKey(k []byte, topicID, queueID uint32, offset uint64, cursorID
 	return be.AppendUint64(k, id)
 }
 
-// parkedKey is R id for a retry, P id for a delayed send.
+// parkedKey is R id for a retry, P id for a delayed send, h id for a half
+// message.
 func parkedKey(kind byte, id uint64) []byte {
 	p := byte(prefixDelayed)
-	if kind == core.ParkedRetry {
+	switch kind {
+	case core.ParkedRetry:
 		p = prefixRetry
+	case core.ParkedHalf:
+		p = prefixHalf
 	}
 	return be.AppendUint64([]byte{p}, id)
 }

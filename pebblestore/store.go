@@ -260,7 +260,7 @@ func (s *Store) Load() (*core.Snapshot, error) {
 		// parked.go, dead.go, dedup.go, attempts.go, messages.go).
 		for _, load := range []func(*core.Snapshot) error{
 			s.loadTopics, s.loadSubscriptions, s.loadLastIDs, s.loadCounters, s.loadEpoch, s.loadAcks, s.loadMembers,
-			s.loadParked, s.loadDeadCounts, s.loadDedup, s.loadAttempts, s.loadNextSeq,
+			s.loadParked, s.loadDeadCounts, s.loadDedup, s.loadAttempts, s.loadTransactions, s.loadNextSeq,
 		} {
 			if err := load(snap); err != nil {
 				return err

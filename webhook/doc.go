@@ -1,7 +1,9 @@
 // Package webhook makes the broker's outbound HTTP calls, which core never
 // makes: push delivery (the Pusher POSTs the messages of subscriptions with
 // a push endpoint, acking on 2xx and nacking otherwise) and alert
-// notifications to webhooks (the Notifier). Each endpoint has its own
+// notifications to webhooks (the Notifier), and transaction checks (the
+// Checker asks a producer whether to commit an undecided half message).
+// Each endpoint has its own
 // circuit breaker (sony/gobreaker), so a dead endpoint is probed, not
 // hammered: a push the breaker stops is released without counting an
 // attempt, so an outage does not burn messages into the DLQ, and alerts

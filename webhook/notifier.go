@@ -79,15 +79,7 @@ func (n *Notifier) Notify(a core.Alert) {
 	ep := n.channels[a.WebhookURL]
 	if ep == nil {
 		ep = &endpoint{url: a.WebhookURL, queue: make(chan core.Alert, n.opts.QueueLen)}
-		ep.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
-			Name:        a.WebhookURL,
-			MaxRequests: 1,
-			Timeout:     n.opts.OpenFor,
-			ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 3 },
-			OnStateChange: func(name string, from, to gobreaker.State) {
-				n.log.Info("webhook breaker", "url", name, "from", from.String(), "to", to.String())
-			},
-		})
+		ep.breaker = newBreaker[struct{}](n.log, a.WebhookURL, 3, n.opts.OpenFor)
 		n.channels[a.WebhookURL] = ep
 		n.wg.Go(func() { n.run(ep) })
 	}
@@ -135,11 +127,13 @@ type payload struct {
 	Value  int64  `json:"value"`
 	Max    int64  `json:"max"`
 	At     string `json:"at"`
+	// TransactionID: the transaction of a transaction_check_limit alert.
+	TransactionID string `json:"transactionId,omitempty"`
 }
 
 func (n *Notifier) post(url string, a core.Alert) error {
 	body, err := json.Marshal(payload{Status: a.Status, Alert: a.Alert, Topic: a.Topic, Group: a.Group,
-		Value: a.Value, Max: a.Max, At: a.At.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+		Value: a.Value, Max: a.Max, At: a.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), TransactionID: a.TransactionID})
 	if err != nil {
 		return err
 	}

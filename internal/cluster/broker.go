@@ -201,3 +201,35 @@ func (l LeaderBroker) QueryMessages(ctx context.Context, topic string, q core.Qu
 	}
 	return b.QueryMessages(ctx, topic, q)
 }
+
+func (l LeaderBroker) SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.SendTransaction(ctx, topic, msgs, checkAfter)
+}
+
+func (l LeaderBroker) CommitTransaction(ctx context.Context, topic, txID string) (core.TransactionInfo, error) {
+	b, err := l.get()
+	if err != nil {
+		return core.TransactionInfo{}, err
+	}
+	return b.CommitTransaction(ctx, topic, txID)
+}
+
+func (l LeaderBroker) RollbackTransaction(ctx context.Context, topic, txID string) (core.TransactionInfo, error) {
+	b, err := l.get()
+	if err != nil {
+		return core.TransactionInfo{}, err
+	}
+	return b.RollbackTransaction(ctx, topic, txID)
+}
+
+func (l LeaderBroker) ListTransactions(topic string) ([]core.TransactionInfo, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.ListTransactions(topic)
+}

@@ -101,6 +101,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Node, err erro
 		MaxMessageBytes: cfg.MaxMessageBytes, TracerProvider: n.tel.tracerProvider,
 		MeterProvider: n.tel.meterProvider, Notifier: n.notifier, MinFreeBytes: cfg.MinFreeBytes,
 		ConsumerExpiry: cfg.ConsumerExpiry, ReceiptKey: receiptKey,
+		// Only a broker that serves runs its checks: the single node's, a
+		// cluster's leader's (Lead starts it, stepping down closes it).
+		TransactionChecker: webhook.NewChecker(webhook.CheckerOptions{Logger: log}),
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
