@@ -18,6 +18,7 @@ import (
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/sdk"
+	"github.com/tidemq/tidemq/webhook"
 )
 
 // The examples run against a real server started in-process (see
@@ -296,7 +297,7 @@ func exampleServer() string {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b, err := core.New(store, core.Options{AutoCreate: true, Logger: quiet})
+	b, err := core.New(store, core.Options{AutoCreate: true, Logger: quiet, TransactionChecker: webhook.NewChecker(webhook.CheckerOptions{Logger: quiet})})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestSendInTransactionCommit(t *testing.T) {
 	if top, err := c.GetTopic(ctx, topic); err != nil || top.HalfMessages != 0 || top.Messages != 4 {
 		t.Errorf("topic after the commits: %+v, %v: want 4 messages, no half ones", top, err)
 	}
-	if _, err := c.CommitTransaction(ctx, topic, "no-such-transaction"); !errors.Is(err, sdk.ErrTransactionNotFound) {
+	if _, err := c.CommitTransaction(ctx, topic, "NoSuchTransaction0"); !errors.Is(err, sdk.ErrTransactionNotFound) {
 		t.Errorf("commit of an unknown id: %v, want transaction_not_found", err)
 	}
 }
