@@ -47,10 +47,12 @@ func TestOrdersSurviveKills(t *testing.T) {
 	const topic = "orders"
 	svcAddr := freeAddr(t)
 	dbPath := filepath.Join(dir, "orders.db")
+	var services []*proc // every start of the service, for their logs
 	startService := func() *proc {
 		p := startProc(t, bins.orders, "-broker", brokerURL, "-addr", svcAddr, "-db", dbPath, "-topic", topic,
 			"-check-after", "1s", "-demo", "0")
 		waitHealthy(t, p, "http://"+svcAddr+"/healthz", 30*time.Second)
+		services = append(services, p)
 		return p
 	}
 	svc := startService()
@@ -235,6 +237,24 @@ func TestOrdersSurviveKills(t *testing.T) {
 	}
 	if kills < 2 {
 		t.Errorf("the service was killed %d times", kills)
+	}
+	// The kills left transactions open (8 orders are under way at each),
+	// which only the check-backs settled.
+	answered := map[string]int{}
+	for _, p := range services {
+		for line := range strings.Lines(p.log.String()) {
+			if strings.Contains(line, `msg="check answered"`) {
+				for _, st := range []string{"commit", "rollback", "unknown"} {
+					if strings.Contains(line, "status="+st) {
+						answered[st]++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("checks answered: %v", answered)
+	if answered["commit"]+answered["rollback"] == 0 {
+		t.Error("no check-back settled anything: the kills hit no open transaction")
 	}
 }
 

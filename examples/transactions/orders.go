@@ -187,6 +187,7 @@ func (s *service) check(ctx context.Context, c sdk.TransactionCheck) (sdk.Transa
 	running := s.running[c.TransactionID]
 	s.mu.Unlock()
 	if running {
+		s.log.Info("check answered", "transaction_id", c.TransactionID, "check", c.Check, "status", sdk.TransactionUnknown)
 		return sdk.TransactionUnknown, nil
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -199,6 +200,7 @@ func (s *service) check(ctx context.Context, c sdk.TransactionCheck) (sdk.Transa
 		return "", err
 	}
 	if n > 0 {
+		s.log.Info("check answered", "transaction_id", c.TransactionID, "check", c.Check, "status", sdk.TransactionCommit)
 		return sdk.TransactionCommit, nil
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO rolled_back (tx_id, decided_at) VALUES (?, ?)`,
@@ -208,7 +210,7 @@ func (s *service) check(ctx context.Context, c sdk.TransactionCheck) (sdk.Transa
 	if err := tx.Commit(); err != nil {
 		return "", err
 	}
-	s.log.Info("check: no such order, rolled back", "transaction_id", c.TransactionID, "check", c.Check)
+	s.log.Info("check answered", "transaction_id", c.TransactionID, "check", c.Check, "status", sdk.TransactionRollback)
 	return sdk.TransactionRollback, nil
 }
 
