@@ -45,6 +45,7 @@ func run() error {
 		topic      = flag.String("topic", "orders", "the topic of order messages")
 		checkAfter = flag.Duration("check-after", 5*time.Second, "how long the broker waits for a commit before it asks /tx-check")
 		maxChecks  = flag.Int("max-checks", 0, "the topic's transactionMaxChecks (0: the broker's default, 15)")
+		settle     = flag.Duration("settle-delay", 0, "wait this long between an order's local commit and its message's commit (a slow link to the broker: widens the window a crash falls into)")
 		demo       = flag.Int("demo", 10, "place this many orders (a third fail their local transaction), print what happened and exit; 0 serves until SIGINT/SIGTERM")
 	)
 	flag.Parse()
@@ -84,7 +85,7 @@ func run() error {
 	}
 	defer producer.Close()
 
-	s := &service{db: db, producer: producer, log: log, running: map[string]bool{}}
+	s := &service{db: db, producer: producer, log: log, settleDelay: *settle, running: map[string]bool{}}
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxHeaderBytes: 1 << 16}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

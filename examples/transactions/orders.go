@@ -51,6 +51,10 @@ type service struct {
 	db       *sql.DB
 	producer *sdk.Producer
 	log      *slog.Logger
+	// settleDelay is a wait between the local commit and the message's
+	// commit, standing for a slow link to the broker: it widens the window
+	// a crash can fall into, for demonstrations and the test.
+	settleDelay time.Duration
 
 	// running holds the transactions whose local transaction is under way
 	// in this process: a check about one of them answers "unknown" (ask
@@ -84,6 +88,10 @@ type order struct {
 	// (standing for a constraint, a payment refused…): the order is not
 	// placed and its message is rolled back.
 	SimulateFailure bool `json:"simulateFailure,omitempty"`
+	// LocalWorkMs makes the local transaction do that much slow work (a
+	// payment service's call, say) before its insert: longer than the
+	// check delay, a check comes while it runs and is answered "unknown".
+	LocalWorkMs int `json:"localWorkMs,omitempty"`
 }
 
 type placed struct {
@@ -105,6 +113,9 @@ func (s *service) place(ctx context.Context, o order) (placed, error) {
 	res, err := s.producer.SendInTransaction(ctx, []sdk.SendMessage{msg}, func(ctx context.Context) error {
 		tx, _ := sdk.TransactionFromContext(ctx)
 		localErr = s.insert(ctx, tx.TransactionID, o)
+		if localErr == nil && s.settleDelay > 0 {
+			time.Sleep(s.settleDelay)
+		}
 		return localErr
 	})
 	out := placed{OrderID: o.ID, TransactionID: res.TransactionID, Message: "committed"}
@@ -139,6 +150,13 @@ func (s *service) insert(ctx context.Context, txID string, o order) (err error) 
 		delete(s.running, txID)
 		s.mu.Unlock()
 	}()
+	if o.LocalWorkMs > 0 {
+		select {
+		case <-time.After(time.Duration(o.LocalWorkMs) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
