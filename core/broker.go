@@ -201,10 +201,12 @@ type Broker struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// txMu guards the open transactions (transaction.go).
-	txMu       sync.Mutex
-	txns       map[uint64]*txn
-	txByMsg    map[string]*txn
-	checkSlots chan struct{}
+	txMu    sync.Mutex
+	txns    map[uint64]*txn
+	txByMsg map[string]*txn
+	// checkTokens numbers the checks started (under txMu).
+	checkTokens uint64
+	checkSlots  chan struct{}
 
 	// leaseIDs counts the leases of this epoch from 1. epoch is raised and
 	// made durable on every start, so a handle names the run that gave it.

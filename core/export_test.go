@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // WakeTimerOf returns a probe of a subscription's wake-up timer: whether it
@@ -76,6 +77,19 @@ func SettleDue(b *Broker) {
 			break
 		}
 	}
+	// Transaction checks run on goroutines of their own: wait for the
+	// ones fired to be recorded.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b.txMu.Lock()
+		busy := false
+		for _, tx := range b.txns {
+			busy = busy || tx.checking != 0
+		}
+		b.txMu.Unlock()
+		if !busy {
+			return
+		}
+	}
 }
 
 // State is a broker's logical state: what a broker rebuilt from its store
@@ -87,6 +101,8 @@ type State struct {
 	Subs     []SubState     // by topic, group
 	Dedup    []DedupState   // by topic id, key
 	Delayed  []DelayedState // by id
+	// Transactions are the open ones, by id.
+	Transactions []TransactionRecord
 }
 
 // StateCounters are the broker's counters.
@@ -102,6 +118,7 @@ type StateCounters struct {
 type TopicState struct {
 	Rec    TopicRecord
 	Queues []QueueState
+	Half   int64
 }
 
 // QueueState is one queue's durable range.
@@ -235,7 +252,7 @@ func LogicalState(b *Broker, nowMs int64) (State, error) {
 	var subs []subRef
 	b.mu.RLock()
 	for name, t := range b.topics {
-		ts := TopicState{Rec: *t.rec}
+		ts := TopicState{Rec: *t.rec, Half: t.half.Load()}
 		for _, q := range t.queues {
 			ts.Queues = append(ts.Queues, QueueState{Next: q.next.Load(), Min: q.min.Load(), Bytes: q.bytes.Load()})
 		}
@@ -293,6 +310,12 @@ func LogicalState(b *Broker, nowMs int64) (State, error) {
 		return State{}, err
 	}
 	slices.SortFunc(st.Delayed, func(x, y DelayedState) int { return cmp.Compare(x.ID, y.ID) })
+	b.txMu.Lock()
+	for _, tx := range b.txns {
+		st.Transactions = append(st.Transactions, *tx.rec)
+	}
+	b.txMu.Unlock()
+	slices.SortFunc(st.Transactions, func(x, y TransactionRecord) int { return cmp.Compare(x.ID, y.ID) })
 	return st, nil
 }
 
@@ -473,6 +496,7 @@ func flattenState(st State) (leaves, parents map[string]string) {
 		put(tp, t.Rec.Queues, "topic %s/queues", n)
 		put(tp, t.Rec.RetentionHours, "topic %s/retentionHours", n)
 		put(tp, t.Rec.CreatedAtMs, "topic %s/createdAtMs", n)
+		put(tp, t.Half, "topic %s/half messages", n)
 		put(tp, len(t.Queues), "topic %s/queue count", n)
 		for i, q := range t.Queues {
 			put(tp, q.Next, "topic %s/queue %d/next", n, i)
@@ -516,6 +540,10 @@ func flattenState(st State) (leaves, parents map[string]string) {
 	for _, d := range st.Delayed {
 		dp := put("", fmt.Sprintf("topic %d due %d", d.TopicID, d.DueMs), "delayed %d", d.ID)
 		put(dp, d.WillFire, "%s/will fire", dp)
+	}
+	for _, r := range st.Transactions {
+		tp := put("", fmt.Sprintf("%s topic %d", r.TxID, r.TopicID), "transaction %d", r.ID)
+		put(tp, fmt.Sprintf("%+v", r), "%s/record", tp)
 	}
 	return leaves, parents
 }

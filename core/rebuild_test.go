@@ -372,6 +372,8 @@ func (w *rebuildWorkload) once() {
 		}
 		_, err := w.b.Seek(ctx, topic, group, to, consumer, false)
 		w.check("Seek", err)
+	case n < 85: // a transaction: prepared, or one settled
+		w.transaction(topic)
 	case n < 97:
 		w.clk.Advance(time.Duration(100+r.IntN(4000)) * time.Millisecond)
 	case n < 98: // past the retention of every message stored so far
@@ -379,6 +381,33 @@ func (w *rebuildWorkload) once() {
 		w.check("EnforceRetention", w.b.EnforceRetention())
 	default:
 		w.check("EnforceRetention", w.b.EnforceRetention())
+	}
+}
+
+// transaction prepares half messages on topic, or commits or rolls back
+// one of its open transactions. Checks come after 10 minutes (the clock
+// jumps past them now and then; with no checker they fail, and are
+// recorded).
+func (w *rebuildWorkload) transaction(topic string) {
+	ctx := w.t.Context()
+	txs, err := w.b.ListTransactions(topic)
+	if err != nil || len(txs) == 0 || w.rng.IntN(2) == 0 {
+		msgs := make([]*core.Message, 1+w.rng.IntN(2))
+		for i := range msgs {
+			msgs[i] = w.message()
+			msgs[i].DedupKey = ""
+		}
+		_, err := w.b.SendTransaction(ctx, topic, msgs, 10*time.Minute)
+		w.check("SendTransaction", err)
+		return
+	}
+	tx := txs[w.rng.IntN(len(txs))]
+	if w.rng.IntN(2) == 0 {
+		_, err = w.b.CommitTransaction(ctx, topic, tx.TransactionID)
+		w.check("CommitTransaction", err)
+	} else {
+		_, err = w.b.RollbackTransaction(ctx, topic, tx.TransactionID)
+		w.check("RollbackTransaction", err)
 	}
 }
 
@@ -471,7 +500,7 @@ func (w *rebuildWorkload) compare() {
 
 // noteCoverage counts which kinds of state a compared running state held.
 func (w *rebuildWorkload) noteCoverage(st core.State) {
-	seen := map[string]bool{"dedup": len(st.Dedup) > 0, "delayed": len(st.Delayed) > 0}
+	seen := map[string]bool{"dedup": len(st.Dedup) > 0, "delayed": len(st.Delayed) > 0, "transactions": len(st.Transactions) > 0}
 	for _, t := range st.Topics {
 		for _, q := range t.Queues {
 			seen["retention cut"] = seen["retention cut"] || q.Min > 0

@@ -127,7 +127,7 @@ type txn struct {
 	mu       sync.Mutex
 	rec      *TransactionRecord // replaced, never mutated, under Broker.txMu
 	final    *TransactionRecord // set once settled
-	checking bool               // under Broker.txMu
+	checking uint64             // the running check's token, 0 for none (under Broker.txMu)
 }
 
 func (r *TopicRecord) maxChecks() int {
@@ -562,13 +562,16 @@ func (b *Broker) findHalf(topicID uint32, id string) (*Message, string, error) {
 func (b *Broker) fireTransaction(id uint64, due int64) {
 	b.txMu.Lock()
 	tx := b.txns[id]
-	start := tx != nil && tx.rec.NextCheckMs == due && !tx.checking
+	start := tx != nil && tx.rec.NextCheckMs == due && tx.checking == 0
+	var token uint64
 	if start {
-		tx.checking = true
+		b.checkTokens++
+		token = b.checkTokens
+		tx.checking = token
 	}
 	b.txMu.Unlock()
 	if start {
-		b.wg.Go(func() { b.check(tx) })
+		b.wg.Go(func() { b.check(tx, token) })
 		return
 	}
 	if tx != nil {
@@ -593,10 +596,15 @@ func (b *Broker) fireTransaction(id uint64, due int64) {
 // check asks the producer about tx and records the answer. Stopped by
 // Close (the context): nothing is recorded then, and the next broker
 // checks again (New puts the timer of every open transaction back).
-func (b *Broker) check(tx *txn) {
+func (b *Broker) check(tx *txn, token uint64) {
+	done := func() {
+		if tx.checking == token {
+			tx.checking = 0
+		}
+	}
 	defer func() {
 		b.txMu.Lock()
-		tx.checking = false
+		done()
 		b.txMu.Unlock()
 	}()
 	select {
@@ -685,6 +693,9 @@ func (b *Broker) check(tx *txn) {
 		}}, after: func() {
 			b.txMu.Lock()
 			tx.rec = &next
+			// Before the timer can fire: a scan that found the check
+			// still running would skip it.
+			done()
 			b.txMu.Unlock()
 			b.timerCommitted(next.NextCheckMs)
 		}})

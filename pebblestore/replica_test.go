@@ -116,6 +116,9 @@ func flushAt(t *testing.T, s *pebblestore.Store, n, every int) {
 // covered each kind of write.
 type workloadCounts struct {
 	sent, deduped, delayedDue, acked, nacked, dead, redriven, expired, seeks, retained int
+	// Transactions: prepared, committed, rolled back by request (the
+	// rest are left to their checks, which fail: no checker).
+	prepared, committed, rolledBack int
 }
 
 // runWorkload drives b through the core API: topics of several queues,
@@ -143,7 +146,8 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 		must("PutSubscription "+topic+"/"+group, err)
 	}
 	one, two := 1, 2
-	putTopic("orders", core.TopicConfig{Queues: 4, RetentionHours: 1})
+	checkURL := "http://127.0.0.1:1/check"
+	putTopic("orders", core.TopicConfig{Queues: 4, RetentionHours: 1, TransactionCheckURL: &checkURL, TransactionMaxChecks: 2})
 	putTopic("events", core.TopicConfig{Queues: 2})
 	putTopic("poke", core.TopicConfig{Queues: 1})
 	putSub("orders", "workers", core.SubscriptionConfig{MaxRetries: &one, RetryDelays: []time.Duration{time.Second}})
@@ -237,6 +241,26 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 			}
 			msgs = append(msgs, m)
 		}
+		if rng.IntN(3) == 0 {
+			half := []*core.Message{{Body: fmt.Appendf(nil, "half-r%d", round), Tag: tags[rng.IntN(len(tags))]}}
+			if rng.IntN(2) == 0 {
+				half = append(half, &core.Message{Body: fmt.Appendf(nil, "half-r%d-b", round), ShardingKey: "shard-1",
+					DeliverAtMs: clk.Now().Add(time.Second).UnixMilli()})
+			}
+			hres, err := b.SendTransaction(ctx, "orders", half, time.Second)
+			must("SendTransaction", err)
+			c.prepared++
+			switch rng.IntN(3) {
+			case 0:
+				_, err = b.CommitTransaction(ctx, "orders", hres[0].TransactionID)
+				must("CommitTransaction", err)
+				c.committed++
+			case 1:
+				_, err = b.RollbackTransaction(ctx, "orders", hres[0].TransactionID)
+				must("RollbackTransaction", err)
+				c.rolledBack++
+			}
+		}
 		res, err := b.Send(ctx, "orders", msgs)
 		must("Send orders", err)
 		for _, r := range res {
@@ -301,7 +325,8 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 func wantCoverage(t *testing.T, c workloadCounts) {
 	t.Helper()
 	if c.sent == 0 || c.deduped == 0 || c.delayedDue == 0 || c.acked == 0 || c.nacked == 0 || c.dead == 0 ||
-		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 {
+		c.redriven == 0 || c.expired == 0 || c.seeks == 0 || c.retained == 0 ||
+		c.committed == 0 || c.rolledBack == 0 || c.prepared == c.committed+c.rolledBack {
 		t.Fatalf("the workload missed a kind of write: %+v", c)
 	}
 }

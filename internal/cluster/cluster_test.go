@@ -32,6 +32,8 @@ type testNode struct {
 // groupOptions shrink raft's log for a test; zero keeps the defaults.
 type groupOptions struct {
 	snapshotThreshold, trailingLogs uint64
+	// checker, when set, makes each node's transaction checker (by id).
+	checker func(nodeID string) core.TransactionChecker
 }
 
 // startGroup starts n members on in-memory stores, every transport
@@ -66,7 +68,11 @@ func startGroupWith(t *testing.T, n int, o groupOptions) []*testNode {
 			Store: store, Logger: quiet, Transport: nd.trans, HeartbeatTimeout: 200 * time.Millisecond,
 			SnapshotThreshold: o.snapshotThreshold, TrailingLogs: o.trailingLogs, SnapshotInterval: 20 * time.Millisecond,
 			Lead: func(p core.Proposer, key []byte) (*core.Broker, func() error, error) {
-				b, err := core.New(store, core.Options{Logger: quiet, Proposer: p, ReceiptKey: key})
+				opts := core.Options{Logger: quiet, Proposer: p, ReceiptKey: key}
+				if o.checker != nil {
+					opts.TransactionChecker = o.checker(nd.id)
+				}
+				b, err := core.New(store, opts)
 				if err != nil {
 					return nil, nil, err
 				}
