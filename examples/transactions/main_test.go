@@ -38,7 +38,7 @@ func TestOrdersSurviveKills(t *testing.T) {
 	}
 	bins := buildBinaries(t)
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
 	broker := startProc(t, bins.tidemq, "--addr", "127.0.0.1:0", "--data", filepath.Join(dir, "data"), "--log-level", "info")
