@@ -75,12 +75,8 @@ func (b *Broker) GetMessage(topicName, id string) (*Message, []MessageState, err
 		}
 	}
 	if found == nil {
-		var txID string
-		if found, txID, err = b.findHalf(rec.ID, id); err != nil {
+		if found, err = b.findHalf(rec.ID, id); err != nil {
 			return nil, nil, err
-		}
-		if found != nil {
-			found.TransactionID = txID
 		}
 	}
 	if found == nil {
@@ -138,7 +134,7 @@ func (b *Broker) findByID(rec *TopicRecord, id string) (*Message, error) {
 func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, error) {
 	// A delayed message not yet due (findDelayed) has no offset, so no
 	// history and no delivery: it is pending, or filtered out, everywhere.
-	waiting := m.DeliverAtMs > 0 || m.TransactionID != ""
+	waiting := m.DeliverAtMs > 0 || m.Half
 	var hist []*HistoryRecord
 	dead := map[uint32]*Dead{}
 	if !waiting {
@@ -163,7 +159,7 @@ func (b *Broker) messageStates(s *subscription, m *Message) ([]MessageState, err
 	defer s.mu.Unlock()
 	untouched := StatePending
 	switch {
-	case m.TransactionID != "":
+	case m.Half:
 		untouched = StateHalf
 	case !s.filter.matches(m.Tag):
 		untouched = StateFiltered

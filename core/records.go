@@ -53,6 +53,7 @@ type Message struct {
 	Seq           uint64
 	Body          []byte
 	BodyBase64    bool // the producer sent the body base64-encoded; serve it back so
+	Half          bool // set (never stored) on a half message query found; beside BodyBase64 it costs the struct no room
 	Tag           string
 	Keys          []string
 	Properties    map[string]string
@@ -66,9 +67,6 @@ type Message struct {
 	DeliverAtMs int64
 	// DedupKey makes a repeated send within DedupWindow store nothing.
 	DedupKey string
-	// TransactionID is set (never stored) on a half message that message
-	// query found: it is in that open transaction, not in a queue.
-	TransactionID string
 }
 
 // TagHash is the 32-bit FNV-1a of a tag, kept in the queue index so filters

@@ -530,8 +530,8 @@ func compareUint64(x, y uint64) int {
 }
 
 // findHalf returns a half message of an open transaction of the topic by
-// id, with its transaction's id; nil when id is no half message.
-func (b *Broker) findHalf(topicID uint32, id string) (*Message, string, error) {
+// id; nil when id is no half message.
+func (b *Broker) findHalf(topicID uint32, id string) (*Message, error) {
 	b.txMu.Lock()
 	tx := b.txByMsg[id]
 	var rec *TransactionRecord
@@ -540,21 +540,21 @@ func (b *Broker) findHalf(topicID uint32, id string) (*Message, string, error) {
 	}
 	b.txMu.Unlock()
 	if rec == nil || rec.TopicID != topicID {
-		return nil, "", nil
+		return nil, nil
 	}
 	i := slices.Index(rec.MessageIDs, id)
 	if i < 0 {
-		return nil, "", nil
+		return nil, nil
 	}
 	p, err := b.store.ReadParked(ParkedHalf, rec.Parked[i])
 	if errors.Is(err, ErrMessageNotFound) {
-		return nil, "", nil // settled meanwhile
+		return nil, nil // settled meanwhile
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	p.Msg.TopicID = topicID
-	return p.Msg, rec.TxID, nil
+	p.Msg.TopicID, p.Msg.Half = topicID, true
+	return p.Msg, nil
 }
 
 // fireTransaction handles a transaction's timer: the next check of an open
@@ -588,7 +588,7 @@ func (b *Broker) fireTransaction(id uint64, due int64) {
 		return
 	}
 	req := &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) { batch.DeleteTransaction(rec) }}}
-	if err := b.submit(b.ctx, req); err != nil && !errors.Is(err, ErrClosed) {
+	if err := b.submit(b.ctx, req); err != nil && !errors.Is(err, ErrClosed) && b.ctx.Err() == nil {
 		b.log.Error("dropping a settled transaction", "err", err, "id", id)
 	}
 }

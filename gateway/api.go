@@ -154,9 +154,8 @@ type messageJSON struct {
 	DeliveryAttempt int               `json:"deliveryAttempt,omitempty"`
 	ReceiptHandle   string            `json:"receiptHandle,omitempty"`
 	Traceparent     string            `json:"traceparent,omitempty"`
-	// State and TransactionID: a half message found by query ("half").
-	State         string `json:"state,omitempty"`
-	TransactionID string `json:"transactionId,omitempty"`
+	// State is "half" for a half message found by query.
+	State string `json:"state,omitempty"`
 }
 
 // messageOut renders a body as sent: base64 when it was sent so or is not
@@ -173,8 +172,8 @@ func messageOut(topic string, m *core.Message) messageJSON {
 		at := msTime(m.DeliverAtMs)
 		out.Offset, out.DeliverAt = nil, &at
 	}
-	if m.TransactionID != "" {
-		out.Offset, out.State, out.TransactionID = nil, core.StateHalf, m.TransactionID
+	if m.Half {
+		out.Offset, out.State = nil, core.StateHalf
 	}
 	if m.BodyBase64 || !utf8.Valid(m.Body) {
 		out.Body, out.BodyEncoding = base64.StdEncoding.EncodeToString(m.Body), "base64"

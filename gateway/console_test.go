@@ -904,3 +904,38 @@ func TestConsoleClusterSingleNode(t *testing.T) {
 		t.Errorf("%s groups shown, want 1", n)
 	}
 }
+
+// TestConsoleTransactions: the topic page lists open transactions and
+// commits or rolls one back; the message page marks a half message.
+func TestConsoleTransactions(t *testing.T) {
+	srv := startConsoleServer(t, "", nil)
+	srv.call(t, "PUT", "/v1/topics/payments/subscriptions/ledger", map[string]any{}, http.StatusCreated, nil)
+	var one, two struct{ MessageID, TransactionID string }
+	for _, r := range []*struct{ MessageID, TransactionID string }{&one, &two} {
+		srv.call(t, "POST", "/v1/topics/payments/messages", map[string]any{"body": "half", "transaction": map[string]any{"checkAfterSeconds": 3600}}, http.StatusCreated, r)
+	}
+	b := newBrowser(t, srv.URL)
+	row := func(id string) string { return fmt.Sprintf(`tr[data-transaction=%q]`, id) }
+	b.do("opening the transactions",
+		chromedp.Navigate(srv.URL+"/#/topics/payments/transactions"),
+		chromedp.WaitVisible(css(row(one.TransactionID))), chromedp.WaitVisible(css(row(two.TransactionID))))
+	b.wait("the half messages count", `[...document.querySelectorAll(".stat")].some((s) => s.textContent.startsWith("Half messages") && s.textContent.endsWith("2"))`)
+	b.checkLabels("transactions")
+	b.do("committing one",
+		chromedp.Click(css(row(one.TransactionID)+" button:not(.danger)")),
+		chromedp.WaitVisible(css("#confirm-ok")), chromedp.Click(css("#confirm-ok")))
+	b.wait("it leaves the list", `!document.querySelector(`+jsString(row(one.TransactionID))+`)`)
+	b.do("rolling back the other",
+		chromedp.Click(css(row(two.TransactionID)+" button.danger")),
+		chromedp.WaitVisible(css("#confirm-ok")), chromedp.Click(css("#confirm-ok")))
+	b.wait("the list is empty", `document.querySelector("#transactions").textContent.includes("No open transactions")`)
+	got := srv.pull(t, "payments", "ledger", 10)
+	if len(got) != 1 || got[0].MessageID != one.MessageID {
+		t.Fatalf("pulled %v, want only the committed half message", got)
+	}
+
+	var three struct{ MessageID string }
+	srv.call(t, "POST", "/v1/topics/payments/messages", map[string]any{"body": "half", "transaction": map[string]any{"checkAfterSeconds": 3600}}, http.StatusCreated, &three)
+	b.do("opening a half message", chromedp.Navigate(srv.URL+"/#/topics/payments/messages/"+three.MessageID))
+	b.wait("it is marked half", `document.body.textContent.includes("half message: waiting for its transaction")`)
+}

@@ -38,6 +38,18 @@ type specSend struct {
 	DelaySeconds *int64            `json:"delaySeconds"`
 	DeliverAt    *time.Time        `json:"deliverAt"`
 	DedupKey     string            `json:"dedupKey"`
+	Transaction  *specTransaction  `json:"transaction"`
+}
+
+type specTransaction struct {
+	CheckAfterSeconds int64 `json:"checkAfterSeconds"`
+}
+
+func transactionOf(checkAfter int64) *specTransaction {
+	if checkAfter == 0 {
+		return nil
+	}
+	return &specTransaction{checkAfter}
 }
 
 type hotRoute struct {
@@ -50,7 +62,8 @@ type hotRoute struct {
 
 func sendOf(r *sendRequest) specSend {
 	out := specSend{BodyEncoding: r.BodyEncoding, Tag: r.Tag, Keys: r.Keys, Properties: r.Properties,
-		ShardingKey: r.ShardingKey, DelaySeconds: r.DelaySeconds, DeliverAt: r.DeliverAt, DedupKey: r.DedupKey}
+		ShardingKey: r.ShardingKey, DelaySeconds: r.DelaySeconds, DeliverAt: r.DeliverAt, DedupKey: r.DedupKey,
+		Transaction: transactionOf(r.CheckAfterSeconds)}
 	if r.HasBody {
 		b := string(r.Body)
 		out.Body = &b
@@ -88,20 +101,22 @@ var hotRoutes = []hotRoute{
 		slowJSON[specSend]},
 	{"batch", "/v1/topics/t/messages:batch",
 		func(b []byte) (any, error) {
-			rs, _, err := decodeBatch(b)
+			rs, checkAfter, err := decodeBatch(b)
 			if err != nil {
 				return nil, err
 			}
 			out := struct {
-				Messages []specSend `json:"messages"`
-			}{}
+				Messages    []specSend       `json:"messages"`
+				Transaction *specTransaction `json:"transaction"`
+			}{Transaction: transactionOf(checkAfter)}
 			for i := range rs {
 				out.Messages = append(out.Messages, sendOf(&rs[i]))
 			}
 			return out, nil
 		},
 		slowJSON[struct {
-			Messages []specSend `json:"messages"`
+			Messages    []specSend       `json:"messages"`
+			Transaction *specTransaction `json:"transaction"`
 		}]},
 	{"pull", "/v1/topics/t/subscriptions/g/pull",
 		func(b []byte) (any, error) { return decodePull(b) },
@@ -199,6 +214,10 @@ var hotSeeds = map[string][]string{
 		`{}`, `[]`, `"x"`, `null`, ``, ` `, `{"body":"x"} {}`, `{"body":"x"}x`, `{"body":"x",}`, `{"body":"x"`,
 		`{"Body":"x"}`, `{"body":"x","extra":1}`, `{"body":"x","body":"y"}`, "{\"body\":\"\xff\"}",
 		`{"\u0062ody":"x"}`, `{"body":"x","keys":["a","a"]}`, ` {"body" : "x" } `,
+		`{"body":"x","transaction":{"checkAfterSeconds":30}}`, `{"body":"x","transaction":{"checkAfterSeconds":0}}`,
+		`{"body":"x","transaction":{"checkAfterSeconds":86400}}`, `{"body":"x","transaction":{"checkAfterSeconds":86401}}`,
+		`{"body":"x","transaction":{}}`, `{"body":"x","transaction":null}`, `{"body":"x","transaction":{"checkAfterSeconds":1,"x":1}}`,
+		`{"body":"x","transaction":{"checkAfterSeconds":"1"}}`, `{"body":"x","transaction":30}`,
 	},
 	"batch": {
 		`{"messages":[{"body":"a"},{"body":"b","tag":"T"}]}`, `{"messages":[]}`, `{"messages":null}`, `{}`,
@@ -206,6 +225,9 @@ var hotSeeds = map[string][]string{
 		`{"messages":[{"body":"a"}],"extra":1}`, `{"messages":[1]}`, `[{"body":"a"}]`,
 		`{"messages":[` + strings.Repeat(`{"body":"a"},`, 999) + `{"body":"a"}]}`,
 		`{"messages":[` + strings.Repeat(`{"body":"a"},`, 1000) + `{"body":"a"}]}`,
+		`{"messages":[{"body":"a"}],"transaction":{"checkAfterSeconds":5}}`, `{"transaction":{"checkAfterSeconds":5},"messages":[{"body":"a"}]}`,
+		`{"messages":[{"body":"a","transaction":{"checkAfterSeconds":5}}]}`, `{"messages":[{"body":"a"}],"transaction":{}}`,
+		`{"messages":[{"body":"a"}],"transaction":{"checkAfterSeconds":0}}`, `{"transaction":{"checkAfterSeconds":5}}`,
 	},
 	"pull": {
 		``, `{}`, `{"maxMessages":1}`, `{"maxMessages":0}`, `{"maxMessages":1000}`, `{"maxMessages":1001}`,

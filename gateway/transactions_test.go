@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tidemq/tidemq/core"
+	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/webhook"
 )
 
@@ -91,12 +92,12 @@ func TestE2ETransactions(t *testing.T) {
 	wantStatus(t, r, http.StatusOK)
 	type queried struct {
 		Message struct {
-			State, TransactionID string
-			Offset               *uint64
+			State  string
+			Offset *uint64
 		}
 		Subscriptions []struct{ Group, State string }
 	}
-	if q := decode[queried](t, r); q.Message.State != "half" || q.Message.TransactionID != one.TransactionID ||
+	if q := decode[queried](t, r); q.Message.State != "half" || q.Message.Offset != nil ||
 		len(q.Subscriptions) != 1 || q.Subscriptions[0].State != "half" {
 		t.Fatalf("query of a half message %s", r)
 	}
@@ -200,5 +201,28 @@ func TestE2ETransactionCheckBack(t *testing.T) {
 		asked[0]["producerGroup"] != "pg" || asked[1]["check"] != float64(2) ||
 		fmt.Sprint(asked[0]["messageIds"]) != fmt.Sprint([]any{half.MessageID}) {
 		t.Fatalf("checks asked %v", asked)
+	}
+}
+
+// SendOne (a single send's body) is SendMessage (a batch entry) plus
+// transaction: the two must not drift apart.
+func TestSendOneIsSendMessageWithTransaction(t *testing.T) {
+	doc, err := gateway.LoadSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, msg := doc.Components.Schemas["SendOne"].Value, doc.Components.Schemas["SendMessage"].Value
+	if _, ok := one.Properties["transaction"]; !ok {
+		t.Fatal("SendOne has no transaction")
+	}
+	if len(one.Properties) != len(msg.Properties)+1 || fmt.Sprint(one.Required) != fmt.Sprint(msg.Required) {
+		t.Fatalf("SendOne has %d properties (required %v), SendMessage %d (required %v)", len(one.Properties), one.Required, len(msg.Properties), msg.Required)
+	}
+	for name, p := range msg.Properties {
+		a, _ := json.Marshal(p)
+		b, _ := json.Marshal(one.Properties[name])
+		if string(a) != string(b) {
+			t.Errorf("property %s: SendMessage %s, SendOne %s", name, a, b)
+		}
 	}
 }

@@ -388,10 +388,11 @@ function topicView(r) {
   const tabs = tabNav(`Topic ${topic}`, [
     ['subscriptions', 'Subscriptions', href('topics', topic)],
     ['messages', 'Find messages', href('topics', topic, 'messages')],
+    ['transactions', 'Transactions', href('topics', topic, 'transactions')],
     ['send', 'Send', href('topics', topic, 'send')],
     ['code', 'Code', href('topics', topic, 'code')],
   ], r.tab);
-  const tab = { subscriptions: subscriptionsTab, messages: queryTab, send: sendTab, code: codeTab }[r.tab](topic, r.q);
+  const tab = { subscriptions: subscriptionsTab, messages: queryTab, transactions: transactionsTab, send: sendTab, code: codeTab }[r.tab](topic, r.q);
   const settings = topicSettings(topic);
 
   // The header is drawn at once from the last poll, so that nothing below
@@ -410,7 +411,7 @@ function topicView(r) {
     settings.fill(t);
     const sig = JSON.stringify([t, state.rates.get(topic)]);
     replace(stats, sig,
-      stat('Messages', fmtNum(t.messages)), stat('Bytes', fmtBytes(t.bytes)),
+      stat('Messages', fmtNum(t.messages)), stat('Half messages', fmtNum(t.halfMessages || 0)), stat('Bytes', fmtBytes(t.bytes)),
       stat('Send rate', fmtRate(state.rates.get(topic)), 'rate'), stat('Queues', fmtNum(t.queues)),
       stat('Retention', `${fmtNum(t.retentionHours)} h`), stat('Created', timeEl(t.createdAt)));
     return t;
@@ -621,6 +622,55 @@ function subscriptionsTab(topic) {
         'Group', 'Mode', 'Filter', { label: 'Lag', class: 'num' }, 'Lag trend', { label: 'Inflight', class: 'num' },
         { label: 'Retrying', class: 'num' }, { label: 'DLQ', class: 'num' }, 'Consumers (last seen)', { label: 'Actions', hidden: true },
       ], rows, 'No subscriptions yet. Create one below, or pull from a new group (subscriptions are created on first pull with --auto-create).'));
+    },
+  };
+}
+
+/** A topic's open transactions (half messages waiting for a decision), with commit and rollback. */
+function transactionsTab(topic) {
+  const list = h('div#transactions');
+  const errors = errorSlot();
+  const done = statusSlot();
+
+  async function settle(id, verb) {
+    const ok = await confirmDialog({
+      title: `${verb === 'commit' ? 'Commit' : 'Roll back'} transaction ${id}?`,
+      body: h('p', verb === 'commit'
+        ? 'Its half messages are delivered like messages sent now. The producer should have committed its side first.'
+        : 'Its half messages are dropped: no subscription ever gets them.'),
+      ok: verb === 'commit' ? 'Commit' : 'Roll back',
+      danger: verb !== 'commit',
+    });
+    if (!ok) return;
+    try {
+      await api('POST', `${p('topics', topic, 'transactions')}/${encodeURIComponent(id)}:${verb}`);
+      done.textContent = `${verb === 'commit' ? 'Committed' : 'Rolled back'} transaction ${id}.`;
+      tick(true);
+    } catch (err) {
+      errors.show(err);
+    }
+  }
+
+  return {
+    el: h('div', h('h2.visually-hidden', 'Open transactions'),
+      h('p.hint', 'Half messages stay here, delivered to nobody, until the producer commits or rolls back, or the broker\'s check-back (the topic\'s transactionCheckUrl) decides.'),
+      list, errors.el, done),
+    async refresh(t) {
+      if (!t) return;
+      const data = await api('GET', p('topics', topic, 'transactions'), undefined, { quiet: true });
+      const rows = data.transactions.map((tx) => h('tr', { dataset: { transaction: tx.transactionId } },
+        h('th.mono', { scope: 'row' }, tx.transactionId),
+        h('td', (tx.messageIds || []).map((id, i) => [i ? ', ' : '', h('a.mono', { href: href('topics', topic, 'messages', id) }, id)])),
+        h('td', tx.producerGroup || h('span.muted', '—')),
+        h('td', timeEl(tx.createdAt)),
+        h('td.num', fmtNum(tx.checks)),
+        h('td', tx.nextCheckAt ? timeEl(tx.nextCheckAt) : '—'),
+        h('td.row-actions',
+          h('button.small', { type: 'button', dataset: { focusKey: `commit-${tx.transactionId}` }, 'aria-label': `Commit transaction ${tx.transactionId}`, onclick: () => settle(tx.transactionId, 'commit') }, 'Commit'),
+          h('button.danger.small', { type: 'button', dataset: { focusKey: `rollback-${tx.transactionId}` }, 'aria-label': `Roll back transaction ${tx.transactionId}`, onclick: () => settle(tx.transactionId, 'rollback') }, 'Roll back'))));
+      replace(list, JSON.stringify(data.transactions), table(`Open transactions of ${topic}`, [
+        'Transaction', 'Half messages', 'Producer group', 'Prepared', { label: 'Checks', class: 'num' }, 'Next check', { label: 'Actions', hidden: true },
+      ], rows, 'No open transactions.'));
     },
   };
 }
@@ -1137,7 +1187,9 @@ function messageView(r) {
       const rows = [
         ['Message ID', h('span.mono', m.messageId)],
         ['Topic', h('a', { href: href('topics', topic) }, m.topic || topic)],
-        ['Queue / offset', `${m.queueId} / ${m.offset}`],
+        ['Queue / offset', m.state === 'half'
+          ? [`${m.queueId} / —`, ' ', h('a', { href: href('topics', topic, 'transactions') }, badge('half message: waiting for its transaction'))]
+          : `${m.queueId} / ${m.offset}`],
         ['Tag', m.tag ? h('code', m.tag) : '—'],
         ['Keys', (m.keys || []).length ? (m.keys || []).map((k, i) => [i ? ', ' : '', h('a', { href: `${href('topics', topic, 'messages')}?key=${encodeURIComponent(k)}` }, k)]) : '—'],
         ['Sharding key', m.shardingKey || '—'],
@@ -1302,7 +1354,7 @@ function parseRoute() {
   if (!section) return { view: 'topic', topic, tab: 'subscriptions', q };
   if (section === 'subscriptions' && name && (!tab || tab === 'dlq') && parts.length <= 5) return { view: 'subscription', topic, group: name, tab: tab || 'overview', q };
   if (section === 'messages' && name && parts.length === 4) return { view: 'message', topic, id: name, q };
-  if (['subscriptions', 'messages', 'send', 'code'].includes(section) && parts.length === 3) return { view: 'topic', topic, tab: section, q };
+  if (['subscriptions', 'messages', 'transactions', 'send', 'code'].includes(section) && parts.length === 3) return { view: 'topic', topic, tab: section, q };
   return { view: 'notfound', q };
 }
 
