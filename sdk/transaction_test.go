@@ -59,8 +59,13 @@ func TestSendInTransactionCommit(t *testing.T) {
 					return err
 				}
 				if len(st.Subscriptions) != 1 || st.Subscriptions[0].State != sdk.StateHalf ||
-					st.Message.State != sdk.StateHalf || st.Message.TransactionID != tx.TransactionID || st.Message.Offset != nil {
-					return fmt.Errorf("message status %+v, want state half in transaction %s", st, tx.TransactionID)
+					st.Message.State != sdk.StateHalf || st.Message.Offset != nil {
+					return fmt.Errorf("message status %+v, want state half", st)
+				}
+				open, err := c.ListTransactions(ctx, topic)
+				if err != nil || len(open) != 1 || open[0].TransactionID != tx.TransactionID || len(open[0].MessageIDs) != n ||
+					open[0].State != sdk.TransactionOpen || open[0].ProducerGroup != "checkout" {
+					return fmt.Errorf("open transactions %+v (%v), want %s with %d messages", open, err, tx.TransactionID, n)
 				}
 				got, err := c.Pull(ctx, topic, "g", sdk.PullRequest{MaxMessages: 100})
 				if err != nil || len(got) != 0 {

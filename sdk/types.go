@@ -436,9 +436,9 @@ type StoredMessage struct {
 	ProducerGroup string            `json:"producerGroup,omitempty"`
 	Traceparent   string            `json:"traceparent,omitempty"`
 	// State is StateHalf for a half message of an open transaction (its
-	// Offset is nil), and TransactionID that transaction.
-	State         string `json:"state,omitempty"`
-	TransactionID string `json:"transactionId,omitempty"`
+	// Offset is nil; ListTransactions has the transaction with its message
+	// ids).
+	State string `json:"state,omitempty"`
 }
 
 // Bytes returns the body as sent, decoding base64.
