@@ -37,7 +37,8 @@ type ProducerOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 
 	// NoAutoDedup stops the producer from giving every message without a
-	// DedupKey a unique one. With it, a retried send whose first attempt
+	// DedupKey a unique one (half messages of SendInTransaction never get
+	// one: the broker takes none on them). With it, a retried send whose first attempt
 	// was stored but not answered stores a duplicate. Without it, the
 	// server remembers each key for 5 minutes (memory and disk).
 	NoAutoDedup bool
