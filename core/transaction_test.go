@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/tidemq/tidemq/core"
 )
 
@@ -264,7 +268,9 @@ func TestTransactionRolledBackAfterMaxChecksWithAlert(t *testing.T) {
 	clk := newClock()
 	checker := &scriptedChecker{answers: []string{""}} // the producer is down
 	alerts := &alertSink{}
-	e := newEnv(t, core.Options{Now: clk.Now, TransactionChecker: checker, Notifier: alerts})
+	reader := sdkmetric.NewManualReader()
+	e := newEnv(t, core.Options{Now: clk.Now, TransactionChecker: checker, Notifier: alerts,
+		MeterProvider: sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))})
 	e.txTopic("orders", 3)
 	e.subscribe("orders", "g", core.SubscriptionConfig{})
 	half := e.prepare("orders", 5*time.Minute, &core.Message{Body: []byte("h"), ProducerGroup: "pg"})
@@ -292,6 +298,41 @@ func TestTransactionRolledBackAfterMaxChecksWithAlert(t *testing.T) {
 		t.Fatalf("alerts %+v", a)
 	}
 	e.pullNone("orders", "g", core.PullRequest{}, "rolled back after the last check")
+	counts := counterValues(t, reader)
+	if counts["tidemq.transactions outcome=rolled_back decided_by=check_limit"] != 1 ||
+		counts["tidemq.alerts alert=transaction_check_limit status=firing"] != 1 ||
+		counts["tidemq.transaction.checks status=failed"] != 3 {
+		t.Fatalf("metrics %v", counts)
+	}
+}
+
+// counterValues sums the broker's counters by name and the attributes
+// that tell outcomes apart.
+func counterValues(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, ok := m.Data.(metricdata.Sum[int64])
+			if !ok {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				key := m.Name
+				for _, k := range []attribute.Key{"outcome", "decided_by", "alert", "status"} {
+					if v, ok := p.Attributes.Value(k); ok {
+						key += " " + string(k) + "=" + v.AsString()
+					}
+				}
+				counts[key] += p.Value
+			}
+		}
+	}
+	return counts
 }
 
 // Open transactions survive a restart: nothing is delivered early, and

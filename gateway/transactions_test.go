@@ -226,3 +226,51 @@ func TestSendOneIsSendMessageWithTransaction(t *testing.T) {
 		}
 	}
 }
+
+// The producer's check endpoint is down: every check fails (connection
+// refused) until transactionMaxChecks, then the transaction is rolled back
+// and the alert is POSTed to the topic's transactionAlertUrl.
+func TestE2ETransactionCheckEndpointDown(t *testing.T) {
+	down := httptest.NewServer(http.NotFoundHandler())
+	downURL := down.URL
+	down.Close() // nothing listens there any more
+	alerts := make(chan map[string]any, 4)
+	alertSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var a map[string]any
+		_ = json.NewDecoder(r.Body).Decode(&a)
+		alerts <- a
+	}))
+	t.Cleanup(alertSrv.Close)
+	notifier := webhook.New(webhook.Options{})
+	t.Cleanup(func() { _ = notifier.Close() })
+	ts := startServer(t, serverConfig{core: core.Options{Notifier: notifier,
+		TransactionChecker: webhook.NewChecker(webhook.CheckerOptions{Timeout: 2 * time.Second})}})
+	c := ts.client(t)
+	wantStatus(t, c.do(http.MethodPut, topicPath("orders"), map[string]any{"queues": 1, "transactionCheckUrl": downURL,
+		"transactionMaxChecks": 2, "transactionAlertUrl": alertSrv.URL}), http.StatusCreated)
+	subscribe(c, "orders", "g")
+	r := c.do(http.MethodPost, sendPath("orders"), map[string]any{"body": "orphan", "transaction": map[string]any{"checkAfterSeconds": 1}},
+		hdr{"X-Producer-Group": "pg"})
+	wantStatus(t, r, http.StatusCreated)
+	half := decode[halfReply](t, r)
+	// Checks at 1 s and 2 s later, each failing; then the rollback.
+	var a map[string]any
+	select {
+	case a = <-alerts:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no alert within 15 s")
+	}
+	if a["alert"] != "transaction_check_limit" || a["status"] != "firing" || a["topic"] != "orders" || a["group"] != "pg" ||
+		a["transactionId"] != half.TransactionID || a["value"] != float64(2) || a["max"] != float64(2) {
+		t.Fatalf("alert %v", a)
+	}
+	r = c.do(http.MethodPost, txPath("orders", half.TransactionID, "rollback"), nil)
+	wantStatus(t, r, http.StatusOK)
+	if tx := decode[transactionReply](t, r); tx.State != core.TxRolledBack || tx.DecidedBy != "check_limit" || tx.Checks != 2 {
+		t.Fatalf("after the last check %s", r)
+	}
+	wantProblem(t, c.do(http.MethodPost, txPath("orders", half.TransactionID, "commit"), nil), http.StatusConflict, "transaction_settled")
+	if got := c.pull("orders", "g", map[string]any{}); len(got) != 0 {
+		t.Fatalf("the rolled back message was delivered: %+v", got)
+	}
+}

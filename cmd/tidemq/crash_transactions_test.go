@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -125,5 +127,75 @@ func TestCrashBetweenHalfMessageAndCommit(t *testing.T) {
 	defer mu.Unlock()
 	if asked[committed.TransactionID] != 1 || asked[rolledBack.TransactionID] != 1 {
 		t.Errorf("checks asked %v, want one each", asked)
+	}
+}
+
+// TestCrashDuringACheck: the process is SIGKILLed while the producer is
+// still answering a check. The answer is lost with the process; after the
+// restart the broker asks again (the transaction's check timer is put
+// back at start), and the producer's commit delivers the message once.
+func TestCrashDuringACheck(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	var answering atomic.Bool // false: the check hangs until the client goes
+	producer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end: the server then notices the client going away.
+		_, _ = io.Copy(io.Discard, r.Body)
+		if !answering.Load() {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			select {
+			case <-r.Context().Done():
+			case <-time.After(30 * time.Second):
+			}
+			return
+		}
+		fmt.Fprint(w, `{"status":"commit"}`)
+	}))
+	t.Cleanup(producer.Close)
+
+	dir := t.TempDir()
+	p := startTidemq(t, dir)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	do := func(method, path string, body, out any) {
+		t.Helper()
+		if _, err := call(ctx, hc, method, p.base+"/v1/topics/tx"+path, body, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	do("PUT", "", map[string]any{"queues": 1, "transactionCheckUrl": producer.URL}, nil)
+	do("PUT", "/subscriptions/g", map[string]any{}, nil)
+	var half struct{ MessageID, TransactionID string }
+	do("POST", "/messages", map[string]any{"body": "checked", "transaction": map[string]any{"checkAfterSeconds": 1}}, &half)
+	select {
+	case <-arrived:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no check within 15 s")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.waitExit(t, 10*time.Second); err == nil {
+		t.Fatal("tidemq exited cleanly after SIGKILL?")
+	}
+	answering.Store(true)
+	p = startTidemq(t, dir)
+	var delivered []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(delivered) == 0 && time.Now().Before(deadline) {
+		var got pulled
+		do("POST", "/subscriptions/g/pull", map[string]any{"waitSeconds": 1, "maxMessages": 10}, &got)
+		for _, m := range got.Messages {
+			delivered = append(delivered, m.MessageID)
+			do("POST", "/subscriptions/g/ack", map[string]any{"receiptHandles": []string{m.ReceiptHandle}}, nil)
+		}
+	}
+	var late pulled
+	do("POST", "/subscriptions/g/pull", map[string]any{"waitSeconds": 1, "maxMessages": 10}, &late)
+	if len(delivered) != 1 || delivered[0] != half.MessageID || len(late.Messages) != 0 {
+		t.Fatalf("delivered %v then %v; want %s once", delivered, late.Messages, half.MessageID)
 	}
 }
