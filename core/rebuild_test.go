@@ -397,7 +397,7 @@ func (w *rebuildWorkload) transaction(topic string) {
 			msgs[i] = w.message()
 			msgs[i].DedupKey = ""
 		}
-		_, err := w.b.SendTransaction(ctx, topic, msgs, 10*time.Minute)
+		_, _, err := w.b.SendTransaction(ctx, topic, msgs, 10*time.Minute)
 		w.check("SendTransaction", err)
 		return
 	}

@@ -31,8 +31,6 @@ type SendResult struct {
 	// Duplicate: a send with the same dedup key was stored before; this is
 	// that first send's result and nothing new was stored.
 	Duplicate bool
-	// TransactionID names the transaction of a half message.
-	TransactionID string
 }
 
 // ValidateMessage checks one message against SPEC §2's limits. Field

@@ -200,32 +200,33 @@ func parseTxID(txID string) (uint64, bool) {
 // SendTransaction stores msgs as half messages of one new transaction: held
 // back from every subscription until CommitTransaction (or a check) commits
 // them. checkAfter is how long the broker waits for a decision before it
-// asks the producer. Each result carries the transaction id. A dedup key
-// is refused: the transaction id is a half message's handle.
-func (b *Broker) SendTransaction(ctx context.Context, topicName string, msgs []*Message, checkAfter time.Duration) ([]SendResult, error) {
+// asks the producer. It returns the messages' results (Delayed: no offset
+// yet) and the transaction's id. A dedup key is refused: the transaction
+// id is a half message's handle.
+func (b *Broker) SendTransaction(ctx context.Context, topicName string, msgs []*Message, checkAfter time.Duration) ([]SendResult, string, error) {
 	if err := ValidateName("topic", topicName); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if checkAfter < MinCheckAfterSeconds*time.Second || checkAfter > MaxCheckAfterSeconds*time.Second {
-		return nil, invalid("/transaction/checkAfterSeconds", "must be between %d and %d", MinCheckAfterSeconds, MaxCheckAfterSeconds)
+		return nil, "", invalid("/transaction/checkAfterSeconds", "must be between %d and %d", MinCheckAfterSeconds, MaxCheckAfterSeconds)
 	}
 	if len(msgs) == 0 || len(msgs) > MaxBatchMessages {
-		return nil, invalid("/messages", "must hold 1-%d messages", MaxBatchMessages)
+		return nil, "", invalid("/messages", "must hold 1-%d messages", MaxBatchMessages)
 	}
 	for i, m := range msgs {
 		if err := ValidateMessage(m, b.opts.MaxMessageBytes); err != nil {
 			if ve, ok := errors.AsType[*ValidationError](err); ok {
-				return nil, &ValidationError{Field: ve.Field, Reason: ve.Reason, Entry: i}
+				return nil, "", &ValidationError{Field: ve.Field, Reason: ve.Reason, Entry: i}
 			}
-			return nil, &EntryError{Entry: i, Err: err}
+			return nil, "", &EntryError{Entry: i, Err: err}
 		}
 		if m.DedupKey != "" {
-			return nil, &ValidationError{Field: "/dedupKey", Reason: "is not allowed on a half message: its transaction id is its handle", Entry: i}
+			return nil, "", &ValidationError{Field: "/dedupKey", Reason: "is not allowed on a half message: its transaction id is its handle", Entry: i}
 		}
 	}
 	t, err := b.topicForSend(ctx, topicName)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	b.mu.RLock()
 	nq := uint32(len(t.queues))
@@ -267,14 +268,14 @@ func (b *Broker) SendTransaction(ctx context.Context, topicName string, msgs []*
 	err = b.submit(ctx, req)
 	spans.end(topicName, msgs, req.results, err)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	at := b.now()
 	for _, m := range msgs {
 		b.tel.event(parseTraceparent(m.Traceparent), SpanTxPrepare, at, append(messageAttrs(topicName, m), attribute.String("tidemq.transaction.id", rec.TxID))...)
 	}
 	b.tel.transactions.Add(ctx, 1, metric.WithAttributes(attribute.String("topic", topicName), attribute.String("outcome", "prepared")))
-	return req.results, nil
+	return req.results, rec.TxID, nil
 }
 
 // applyPrepare parks a transaction's half messages and records it, with
@@ -290,7 +291,7 @@ func (b *Broker) applyPrepare(batch Batch, r *request, nowMs int64) int64 {
 		m.StoredAtMs, m.DeliverAtMs = nowMs, 0
 		batch.PutParked(&Parked{ID: rec.Parked[i], Kind: ParkedHalf, TopicID: rec.TopicID, DueMs: delayMs, Msg: m})
 		r.results[i] = SendResult{MessageID: m.ID, QueueID: int(m.QueueID), StoredAt: time.UnixMilli(nowMs).UTC(),
-			Delayed: true, TransactionID: rec.TxID}
+			Delayed: true}
 	}
 	rec.CreatedAtMs = nowMs
 	rec.NextCheckMs = nowMs + rec.CheckAfterMs

@@ -47,12 +47,13 @@ func TestTransactionSpansAndMetrics(t *testing.T) {
 	if _, _, err := b.PutTopic(ctx, "orders", core.TopicConfig{Queues: 1, TransactionCheckURL: &url}); err != nil {
 		t.Fatal(err)
 	}
-	prepare := func(body string, after time.Duration) core.SendResult {
-		res, err := b.SendTransaction(ctx, "orders", []*core.Message{{Body: []byte(body)}}, after)
+	type half struct{ MessageID, TransactionID string }
+	prepare := func(body string, after time.Duration) half {
+		res, txID, err := b.SendTransaction(ctx, "orders", []*core.Message{{Body: []byte(body)}}, after)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return res[0]
+		return half{res[0].MessageID, txID}
 	}
 	committed, rolledBack, checked := prepare("c", time.Hour), prepare("r", time.Hour), prepare("k", time.Second)
 	if _, err := b.CommitTransaction(ctx, "orders", committed.TransactionID); err != nil {

@@ -68,18 +68,29 @@ func (e *env) txTopic(name string, maxChecks int) {
 	}
 }
 
-func (e *env) prepare(topic string, checkAfter time.Duration, msgs ...*core.Message) []core.SendResult {
+// halfResult is a half message's result with its transaction's id.
+type halfResult struct {
+	core.SendResult
+	TransactionID string
+}
+
+func (e *env) prepare(topic string, checkAfter time.Duration, msgs ...*core.Message) []halfResult {
 	e.t.Helper()
-	res, err := e.b.SendTransaction(e.t.Context(), topic, msgs, checkAfter)
+	res, txID, err := e.b.SendTransaction(e.t.Context(), topic, msgs, checkAfter)
 	if err != nil {
 		e.t.Fatalf("SendTransaction: %v", err)
 	}
-	for _, r := range res {
-		if r.TransactionID == "" || r.TransactionID != res[0].TransactionID || !r.Delayed {
-			e.t.Fatalf("half message results %+v: want one transaction id and no offsets", res)
-		}
+	if txID == "" || len(res) != len(msgs) {
+		e.t.Fatalf("SendTransaction: %d results for %d messages, transaction %q", len(res), len(msgs), txID)
 	}
-	return res
+	out := make([]halfResult, len(res))
+	for i, r := range res {
+		if !r.Delayed {
+			e.t.Fatalf("half message results %+v: want no offsets", res)
+		}
+		out[i] = halfResult{r, txID}
+	}
+	return out
 }
 
 // waitSettled waits for the check goroutine to settle the topic's only
@@ -186,9 +197,9 @@ func TestTransactionRollbackDropsHalfMessages(t *testing.T) {
 func TestTransactionRefusesBadInput(t *testing.T) {
 	e := newEnv(t, core.Options{})
 	e.txTopic("orders", 0)
-	_, err := e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x")}}, 0)
+	_, _, err := e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x")}}, 0)
 	wantValidation(t, err, "/transaction/checkAfterSeconds", -1)
-	_, err = e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x"), DedupKey: "d"}}, time.Second)
+	_, _, err = e.b.SendTransaction(t.Context(), "orders", []*core.Message{{Body: []byte("x"), DedupKey: "d"}}, time.Second)
 	wantValidation(t, err, "/dedupKey", 0)
 	bad := "ftp://x"
 	_, _, err = e.b.PutTopic(t.Context(), "orders", core.TopicConfig{TransactionCheckURL: &bad})
@@ -460,5 +471,37 @@ func TestConcurrentVerbsSettleOnce(t *testing.T) {
 			t.Fatalf("round %d: delivered %d, want %d", round, len(got), want)
 		}
 		e.ackAll("orders", "g", got)
+	}
+}
+
+// A committed half message takes its place in its sharding key's order at
+// the commit, as a send then would: an orderly subscription gets the key's
+// messages in store order, the half message after those sent before its
+// commit (even those sent after its prepare).
+func TestCommittedHalfMessageIsOrderedAtTheCommit(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.txTopic("orders", 0)
+	if _, _, err := e.b.PutTopic(t.Context(), "orders", core.TopicConfig{Queues: 4}); err != nil {
+		t.Fatal(err)
+	}
+	e.subscribe("orders", "seq", core.SubscriptionConfig{Orderly: true})
+	e.sendBatch("orders", &core.Message{Body: []byte("a"), ShardingKey: "acct-1"})
+	half := e.prepare("orders", time.Minute, &core.Message{Body: []byte("half"), ShardingKey: "acct-1"})
+	e.sendBatch("orders", &core.Message{Body: []byte("b"), ShardingKey: "acct-1"})
+	if _, err := e.b.CommitTransaction(t.Context(), "orders", half[0].TransactionID); err != nil {
+		t.Fatal(err)
+	}
+	e.sendBatch("orders", &core.Message{Body: []byte("c"), ShardingKey: "acct-1"})
+	var got []string
+	for range 10 {
+		ds := e.pull("orders", "seq", core.PullRequest{MaxMessages: 1})
+		if len(ds) == 0 {
+			break
+		}
+		got = append(got, bodies(ds)...)
+		e.ackAll("orders", "seq", ds)
+	}
+	if want := []string{"a", "b", "half", "c"}; !slices.Equal(got, want) {
+		t.Fatalf("orderly delivery %v, want %v", got, want)
 	}
 }

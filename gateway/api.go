@@ -88,7 +88,8 @@ type sendRequest struct {
 // appendSendResult writes one SendResult. By hand: a batch reply holds up
 // to 1,000 of them, and encoding/json's reflection was a tenth of a batch
 // send's CPU. Message ids are NUIDs (base62), which need no escaping.
-func appendSendResult(dst []byte, r core.SendResult) []byte {
+// txID is a half message's transaction, "" for any other.
+func appendSendResult(dst []byte, r core.SendResult, txID string) []byte {
 	dst = append(dst, `{"messageId":"`...)
 	dst = append(dst, r.MessageID...)
 	dst = append(dst, `","queueId":`...)
@@ -103,32 +104,32 @@ func appendSendResult(dst []byte, r core.SendResult) []byte {
 	dst = wire.AppendTime(dst, r.StoredAt)
 	dst = append(dst, `","duplicate":`...)
 	dst = strconv.AppendBool(dst, r.Duplicate)
-	if r.TransactionID != "" {
+	if txID != "" {
 		// A NUID and digits: no escaping either.
 		dst = append(dst, `,"transactionId":"`...)
-		dst = append(dst, r.TransactionID...)
+		dst = append(dst, txID...)
 		dst = append(dst, '"')
 	}
 	return append(dst, '}')
 }
 
-func sendResultJSON(r core.SendResult) []byte {
-	return appendSendResult(make([]byte, 0, 128), r)
+func sendResultJSON(r core.SendResult, txID string) []byte {
+	return appendSendResult(make([]byte, 0, 128), r, txID)
 }
 
-func batchResultJSON(results []core.SendResult) []byte {
+func batchResultJSON(results []core.SendResult, txID string) []byte {
 	out := make([]byte, 0, 16+len(results)*110)
 	out = append(out, `{"results":[`...)
 	for i, r := range results {
 		if i > 0 {
 			out = append(out, ',')
 		}
-		out = appendSendResult(out, r)
+		out = appendSendResult(out, r, txID)
 	}
 	out = append(out, ']')
-	if len(results) > 0 && results[0].TransactionID != "" {
+	if txID != "" {
 		out = append(out, `,"transactionId":"`...)
-		out = append(out, results[0].TransactionID...)
+		out = append(out, txID...)
 		out = append(out, '"')
 	}
 	return append(out, '}')

@@ -27,7 +27,8 @@ type Broker interface {
 	Send(ctx context.Context, topic string, msgs []*core.Message) ([]core.SendResult, error)
 	// SendTransaction stores msgs as the half messages of one new
 	// transaction, checked back after checkAfter (SPEC §9).
-	SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, error)
+	// It returns the results and the transaction's id.
+	SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, string, error)
 	// CommitTransaction and RollbackTransaction settle a transaction;
 	// each is idempotent, and the other verb after one is
 	// core.ErrTransactionSettled.

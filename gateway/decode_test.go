@@ -336,12 +336,12 @@ func TestSendResultJSONMatchesEncodingJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		want = append(want, string(b))
-		got = append(got, string(sendResultJSON(r)))
+		got = append(got, string(sendResultJSON(r, "")))
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
-	if b := batchResultJSON(rs); string(b) != `{"results":[`+strings.Join(want, ",")+`]}` {
+	if b := batchResultJSON(rs, ""); string(b) != `{"results":[`+strings.Join(want, ",")+`]}` {
 		t.Fatalf("batch: %s", b)
 	}
 }

@@ -43,8 +43,9 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	}
 	stampProducer(m, r)
 	var results []core.SendResult
+	var txID string
 	if checkAfter > 0 {
-		results, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m}, time.Duration(checkAfter)*time.Second)
+		results, txID, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m}, time.Duration(checkAfter)*time.Second)
 	} else {
 		results, err = s.b.Send(r.Context(), chi.URLParam(r, "topic"), []*core.Message{m})
 	}
@@ -54,7 +55,7 @@ func (s *Server) send(w http.ResponseWriter, r *http.Request, body []byte) error
 	if err != nil {
 		return err
 	}
-	return writeBody(w, http.StatusCreated, sendResultJSON(results[0]))
+	return writeBody(w, http.StatusCreated, sendResultJSON(results[0], txID))
 }
 
 func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) error {
@@ -76,8 +77,9 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 		msgs[i] = m
 	}
 	var results []core.SendResult
+	var txID string
 	if checkAfter > 0 {
-		results, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), msgs, time.Duration(checkAfter)*time.Second)
+		results, txID, err = s.b.SendTransaction(r.Context(), chi.URLParam(r, "topic"), msgs, time.Duration(checkAfter)*time.Second)
 	} else {
 		results, err = s.b.Send(r.Context(), chi.URLParam(r, "topic"), msgs)
 	}
@@ -87,7 +89,7 @@ func (s *Server) sendBatch(w http.ResponseWriter, r *http.Request, body []byte) 
 	if err != nil {
 		return err
 	}
-	return writeBody(w, http.StatusCreated, batchResultJSON(results))
+	return writeBody(w, http.StatusCreated, batchResultJSON(results, txID))
 }
 
 // rawCheckAfter reads X-Tidemq-Transaction-Check-After, the raw form's

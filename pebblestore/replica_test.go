@@ -130,6 +130,9 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	t.Helper()
 	ctx := t.Context()
 	rng := rand.New(rand.NewPCG(seed, 7))
+	// Transactions draw from their own source, so the rest of the
+	// workload makes the same choices as without them.
+	txRng := rand.New(rand.NewPCG(seed, 11))
 	var c workloadCounts
 	must := func(what string, err error) {
 		t.Helper()
@@ -146,10 +149,14 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 		must("PutSubscription "+topic+"/"+group, err)
 	}
 	one, two := 1, 2
-	checkURL := "http://127.0.0.1:1/check"
-	putTopic("orders", core.TopicConfig{Queues: 4, RetentionHours: 1, TransactionCheckURL: &checkURL, TransactionMaxChecks: 2})
+	putTopic("orders", core.TopicConfig{Queues: 4, RetentionHours: 1})
 	putTopic("events", core.TopicConfig{Queues: 2})
 	putTopic("poke", core.TopicConfig{Queues: 1})
+	// Transactions on a topic of their own, so that orders' queues get
+	// the same messages as without them.
+	checkURL := "http://127.0.0.1:1/check"
+	putTopic("payments", core.TopicConfig{Queues: 2, RetentionHours: 1, TransactionCheckURL: &checkURL, TransactionMaxChecks: 2})
+	putSub("payments", "ledger", core.SubscriptionConfig{Filter: "red || blue"})
 	putSub("orders", "workers", core.SubscriptionConfig{MaxRetries: &one, RetryDelays: []time.Duration{time.Second}})
 	putSub("orders", "audit", core.SubscriptionConfig{Mode: core.ModeBroadcast, Filter: "red || blue"})
 	putSub("events", "seq", core.SubscriptionConfig{Orderly: true, MaxRetries: &two, RetryDelays: []time.Duration{2 * time.Second}})
@@ -241,22 +248,22 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 			}
 			msgs = append(msgs, m)
 		}
-		if rng.IntN(3) == 0 {
-			half := []*core.Message{{Body: fmt.Appendf(nil, "half-r%d", round), Tag: tags[rng.IntN(len(tags))]}}
-			if rng.IntN(2) == 0 {
+		if txRng.IntN(3) == 0 {
+			half := []*core.Message{{Body: fmt.Appendf(nil, "half-r%d", round), Tag: tags[txRng.IntN(len(tags))]}}
+			if txRng.IntN(2) == 0 {
 				half = append(half, &core.Message{Body: fmt.Appendf(nil, "half-r%d-b", round), ShardingKey: "shard-1",
 					DeliverAtMs: clk.Now().Add(time.Second).UnixMilli()})
 			}
-			hres, err := b.SendTransaction(ctx, "orders", half, time.Second)
+			_, txID, err := b.SendTransaction(ctx, "payments", half, time.Second)
 			must("SendTransaction", err)
 			c.prepared++
-			switch rng.IntN(3) {
+			switch txRng.IntN(3) {
 			case 0:
-				_, err = b.CommitTransaction(ctx, "orders", hres[0].TransactionID)
+				_, err = b.CommitTransaction(ctx, "payments", txID)
 				must("CommitTransaction", err)
 				c.committed++
 			case 1:
-				_, err = b.RollbackTransaction(ctx, "orders", hres[0].TransactionID)
+				_, err = b.RollbackTransaction(ctx, "payments", txID)
 				must("RollbackTransaction", err)
 				c.rolledBack++
 			}

@@ -202,10 +202,10 @@ func (l LeaderBroker) QueryMessages(ctx context.Context, topic string, q core.Qu
 	return b.QueryMessages(ctx, topic, q)
 }
 
-func (l LeaderBroker) SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, error) {
+func (l LeaderBroker) SendTransaction(ctx context.Context, topic string, msgs []*core.Message, checkAfter time.Duration) ([]core.SendResult, string, error) {
 	b, err := l.get()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	return b.SendTransaction(ctx, topic, msgs, checkAfter)
 }

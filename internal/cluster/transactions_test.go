@@ -49,11 +49,11 @@ func TestHalfMessagesSurviveLeaderLoss(t *testing.T) {
 	if _, _, err := old.c.Broker().PutSubscription(ctx, "t", "g", core.SubscriptionConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	byRequest, err := old.c.Broker().SendTransaction(ctx, "t", []*core.Message{{Body: []byte("by-request")}}, time.Hour)
+	_, byRequest, err := old.c.Broker().SendTransaction(ctx, "t", []*core.Message{{Body: []byte("by-request")}}, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	byCheck, err := old.c.Broker().SendTransaction(ctx, "t", []*core.Message{{Body: []byte("by-check")}}, time.Second)
+	_, byCheck, err := old.c.Broker().SendTransaction(ctx, "t", []*core.Message{{Body: []byte("by-check")}}, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestHalfMessagesSurviveLeaderLoss(t *testing.T) {
 	if got, err := b.Pull(ctx, "t", "g", core.PullRequest{MaxMessages: 10}); err != nil || len(got) != 0 {
 		t.Fatalf("new leader delivered %d half messages (%v)", len(got), err)
 	}
-	if _, err := b.CommitTransaction(ctx, "t", byRequest[0].TransactionID); err != nil {
+	if _, err := b.CommitTransaction(ctx, "t", byRequest); err != nil {
 		t.Fatal(err)
 	}
 	decide.Store(true)
@@ -105,7 +105,7 @@ func TestHalfMessagesSurviveLeaderLoss(t *testing.T) {
 	if delivered["by-request"] != 1 || delivered["by-check"] != 1 || len(delivered) != 2 {
 		t.Fatalf("delivered %v, want each committed half message once", delivered)
 	}
-	tx, err := b.CommitTransaction(ctx, "t", byCheck[0].TransactionID)
+	tx, err := b.CommitTransaction(ctx, "t", byCheck)
 	if err != nil || tx.DecidedBy != core.DecidedByCheck {
 		t.Fatalf("the check's transaction: %+v, %v", tx, err)
 	}
