@@ -180,6 +180,35 @@ func TestRun(t *testing.T) {
 			},
 		},
 		{
+			name: "transactional single send",
+			s: loadtest.Scenario{
+				Producers: loadtest.Producers{Count: 3, MessageBytes: 256, Transactional: true},
+				Consumers: loadtest.Consumers{Count: 2, MaxMessages: 16},
+				Messages:  90,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				// Delivered (checkDrained) means committed: half messages
+				// reach nobody.
+				if r.Sent != 90 || r.Send.Requests != 90 {
+					t.Errorf("sent %d in %d transactions, want 90 in 90", r.Sent, r.Send.Requests)
+				}
+			},
+		},
+		{
+			name: "transactional batch send, plain client",
+			s: loadtest.Scenario{
+				ClientKind: loadtest.ClientPlain,
+				Producers:  loadtest.Producers{Count: 2, Batch: 10, MessageBytes: 100, Transactional: true},
+				Consumers:  loadtest.Consumers{Count: 2, MaxMessages: 64},
+				Messages:   200,
+			},
+			check: func(t *testing.T, r loadtest.Report) {
+				if r.Sent != 200 || r.Send.Requests != 20 {
+					t.Errorf("sent %d in %d transactions, want 200 in 20", r.Sent, r.Send.Requests)
+				}
+			},
+		},
+		{
 			name: "open loop",
 			s: loadtest.Scenario{
 				Producers: loadtest.Producers{Count: 8, Batch: 2, Rate: 200},

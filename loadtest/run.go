@@ -331,11 +331,13 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 	if batch {
 		path += ":batch"
 	}
+	tx := r.s.Producers.Transactional
 	var body []byte
 	var out any // the lean client does not read a send's reply
+	var txOut txReply
 	if r.s.ClientKind == ClientPlain {
 		var err error
-		if body, err = plainSendBody(n, batch, r.s.Producers.MessageBytes, r.bodies[i], r.runID, began.UnixNano()); err != nil {
+		if body, err = plainSendBody(n, batch, tx, r.s.Producers.MessageBytes, r.bodies[i], r.runID, began.UnixNano()); err != nil {
 			r.sendErrs.add("encoding", 1)
 			return
 		}
@@ -345,24 +347,58 @@ func (r *runner) send(ctx context.Context, i, n int, began time.Time) {
 			out = new(sdk.SendResult)
 		}
 	} else {
-		body = sendBody(n, batch, r.payload, r.runID, began.UnixNano())
+		body = sendBody(n, batch, tx, r.payload, r.runID, began.UnixNano())
+		if tx {
+			out = &txOut
+		}
 	}
 	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
 	err := r.doAt(rctx, i, "POST", path, body, out)
 	cancel()
+	if err == nil && tx {
+		err = r.commit(ctx, i, out)
+	}
 	if err != nil && ctx.Err() != nil {
 		return // the run was cancelled
 	}
 	r.sendReqs.Add(1)
 	r.sendRecs[i].record(time.Since(began))
 	if err != nil {
-		r.sendErrs.add(errorCode(err), 1)
-		if errorCode(err) == "transport" {
+		code := errorCode(err)
+		r.sendErrs.add(code, 1)
+		if code == "transport" || code == "commit transport" {
 			time.Sleep(10 * time.Millisecond) // no broker: don't spin
 		}
 		return
 	}
 	r.sent.Add(int64(n))
+}
+
+// commit commits the transaction whose half messages' send reply is out
+// (as producer i). Its errors are "commit <code>".
+func (r *runner) commit(ctx context.Context, i int, out any) error {
+	var id string
+	switch o := out.(type) {
+	case *txReply:
+		id = o.TransactionID
+	case *sdk.SendResult:
+		id = o.TransactionID
+	case *sdk.BatchResult:
+		id = o.TransactionID
+		if id == "" && len(o.Results) > 0 {
+			id = o.Results[0].TransactionID
+		}
+	}
+	if id == "" {
+		return &requestError{Code: "commit no_transaction_id"}
+	}
+	rctx, cancel := context.WithTimeout(ctx, r.s.RequestTimeout)
+	defer cancel()
+	err := r.doAt(rctx, i, "POST", "/v1/topics/"+r.topic+"/transactions/"+url.PathEscape(id)+":commit", nil, nil)
+	if re, ok := errors.AsType[*requestError](err); ok {
+		return &requestError{Code: "commit " + re.Code, Status: re.Status, Detail: re.Detail, Err: re.Err}
+	}
+	return err
 }
 
 // consume is consumer i pulling (with pullCtx, cancelled to stop it) and

@@ -100,6 +100,13 @@ type Producers struct {
 	// handed to whichever producer is free. 0 is closed loop: every
 	// producer sends its next request as soon as the previous is answered.
 	Rate float64 `json:"rate,omitempty"`
+	// Transactional makes every request one transaction (SPEC §9): its
+	// messages go as half messages ("transaction":{"checkAfterSeconds":
+	// 60}, a delay no run's commit comes near), then the producer commits
+	// them (POST …/transactions/{id}:commit). The messages count as sent,
+	// and the send's latency ends, when the commit is answered; a failed
+	// commit counts as the error "commit <code>".
+	Transactional bool `json:"transactional,omitempty"`
 }
 
 // Consumers describe the consuming side.

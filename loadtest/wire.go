@@ -51,12 +51,24 @@ func appendMessage(buf []byte, body, runID string, sentAtNs int64) []byte {
 	return buf
 }
 
+// txCheckAfterSeconds is the check delay of a transactional run's half
+// messages: far beyond any commit's latency, so that no check-back runs.
+const txCheckAfterSeconds = 60
+
+// txField is the transaction member of a transactional send's JSON.
+const txField = `"transaction":{"checkAfterSeconds":60}`
+
 // sendBody is a SendMessage (n == 1 and !batch) or a SendBatch of n
-// messages, all stamped sentAtNs.
-func sendBody(n int, batch bool, body, runID string, sentAtNs int64) []byte {
-	buf := make([]byte, 0, n*(len(body)+96)+16)
+// messages, all stamped sentAtNs; with tx, half messages of one
+// transaction.
+func sendBody(n int, batch, tx bool, body, runID string, sentAtNs int64) []byte {
+	buf := make([]byte, 0, n*(len(body)+96)+64)
 	if !batch {
-		return appendMessage(buf, body, runID, sentAtNs)
+		buf = appendMessage(buf, body, runID, sentAtNs)
+		if tx {
+			buf = append(append(buf[:len(buf)-1], ','), txField+"}"...)
+		}
+		return buf
 	}
 	buf = append(buf, `{"messages":[`...)
 	for i := range n {
@@ -65,12 +77,21 @@ func sendBody(n int, batch bool, body, runID string, sentAtNs int64) []byte {
 		}
 		buf = appendMessage(buf, body, runID, sentAtNs)
 	}
+	if tx {
+		return append(buf, "],"+txField+"}"...)
+	}
 	return append(buf, "]}"...)
+}
+
+// txReply is the part of a half message's send reply (single or batch) a
+// transactional run reads.
+type txReply struct {
+	TransactionID string `json:"transactionId"`
 }
 
 // plainSendBody is sendBody for the plain client: n messages of fresh
 // random bytes from src, marshalled by encoding/json.
-func plainSendBody(n int, batch bool, size int, src io.Reader, runID string, sentAtNs int64) ([]byte, error) {
+func plainSendBody(n int, batch, tx bool, size int, src io.Reader, runID string, sentAtNs int64) ([]byte, error) {
 	msgs := make([]sdk.SendMessage, n)
 	for i := range msgs {
 		body := make([]byte, size)
@@ -80,10 +101,15 @@ func plainSendBody(n int, batch bool, size int, src io.Reader, runID string, sen
 		msgs[i] = sdk.NewBinaryMessage(body)
 		msgs[i].Properties = map[string]string{PropRun: runID, PropSentAt: strconv.FormatInt(sentAtNs, 10)}
 	}
+	var t *sdk.Transaction
+	if tx {
+		t = &sdk.Transaction{CheckAfterSeconds: txCheckAfterSeconds}
+	}
 	if !batch {
+		msgs[0].Transaction = t
 		return json.Marshal(msgs[0])
 	}
-	return json.Marshal(sdk.SendBatch{Messages: msgs})
+	return json.Marshal(sdk.SendBatch{Messages: msgs, Transaction: t})
 }
 
 // plainPulled is what the plain client makes of a pull reply: each body

@@ -1,9 +1,35 @@
 package loadtest
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
+
+// TestSendBodyTransaction: the lean client's hand-written half-message
+// bodies are the JSON the API takes, with the transaction where it goes.
+func TestSendBodyTransaction(t *testing.T) {
+	for _, c := range []struct {
+		n         int
+		batch, tx bool
+	}{{1, false, false}, {1, false, true}, {3, true, false}, {3, true, true}} {
+		raw := sendBody(c.n, c.batch, c.tx, "abc", "run1", 42)
+		var v struct {
+			Body        string
+			Messages    []struct{ Body string }
+			Transaction *struct{ CheckAfterSeconds int }
+		}
+		if err := json.Unmarshal(raw, &v); err != nil {
+			t.Fatalf("%+v: %s: %v", c, raw, err)
+		}
+		if c.batch && len(v.Messages) != c.n || !c.batch && v.Body != "abc" {
+			t.Errorf("%+v: %s", c, raw)
+		}
+		if got := v.Transaction != nil && v.Transaction.CheckAfterSeconds == txCheckAfterSeconds; got != c.tx {
+			t.Errorf("%+v: transaction %+v in %s", c, v.Transaction, raw)
+		}
+	}
+}
 
 func TestDecodePull(t *testing.T) {
 	const reply = `{"messages":[

@@ -22,6 +22,14 @@
 //     handled in order on orderly subscriptions; cancelling ctx stops it
 //     gracefully.
 //
+// Transactional messages (half messages): Producer.SendInTransaction sends
+// messages that nobody gets until a local transaction (a database
+// change) has committed, and drops them if it fails; a producer that dies
+// in between is asked by the broker's check-back, which
+// TransactionCheckHandler answers from the producer's own records. Client
+// has the single calls (PrepareTransaction, CommitTransaction,
+// RollbackTransaction, ListTransactions).
+//
 // Errors the server answers with are *APIError values; errors.Is matches
 // them against one sentinel per error code (ErrTopicNotFound,
 // ErrInvalidName, …). errors.Is also sorts every failure into a class:

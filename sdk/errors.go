@@ -114,6 +114,11 @@ var (
 	ErrNotClustered   = newCode("not_clustered")    // 409
 	// Mirrors (SPEC §8).
 	ErrMirrorNotFound = newCode("mirror_not_found") // 404
+	// Transactional messages' (SPEC §9): no such transaction (never
+	// opened, or settled so long ago that the broker forgot it), and the
+	// other verb after a commit or rollback.
+	ErrTransactionNotFound = newCode("transaction_not_found") // 404
+	ErrTransactionSettled  = newCode("transaction_settled")   // 409
 	// Codes of openapi.yaml beyond SPEC §4.
 	ErrNotFound         = newCode("not_found")          // 404: no such path
 	ErrMethodNotAllowed = newCode("method_not_allowed") // 405
@@ -149,6 +154,13 @@ var (
 	// lease could not be extended (it ran out and the message went to
 	// another consumer).
 	ErrLeaseLost = errors.New("tidemq: lease lost")
+	// ErrTransactionUnsettled is matched by the error of a
+	// SendInTransaction whose commit or rollback did not reach the broker
+	// (it was down, or the retries ran out): the half messages stay
+	// stored, delivered to nobody, until the broker's check-back asks the
+	// topic's TransactionCheckURL and settles them (never, if the topic
+	// has none: then they are rolled back after the checks run out).
+	ErrTransactionUnsettled = errors.New("tidemq: transaction not settled: the broker's check-back will settle it")
 	// ErrConsumerRunning is returned by Consumer.Run while another Run of
 	// the same Consumer is going on.
 	ErrConsumerRunning = errors.New("tidemq: consumer is already running")

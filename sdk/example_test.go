@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/sdk"
+	"github.com/tidemq/tidemq/webhook"
 )
 
 // The examples run against a real server started in-process (see
@@ -185,6 +187,97 @@ func ExampleClient_Messages() {
 	// Output: [invoice 1 invoice 3 invoice 4]
 }
 
+func ExampleProducer_SendInTransaction() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+	if _, _, err := client.PutSubscription(ctx, "shipments", "warehouse", sdk.SubscriptionConfig{}); err != nil {
+		log.Fatal(err)
+	}
+	producer, _ := sdk.NewProducer(client, "shipments", sdk.ProducerOptions{TransactionCheckAfter: 30 * time.Second})
+	defer producer.Close()
+
+	// The local change: a row in your database, with the transaction id
+	// so that a check-back can find it (here a map stands for the table).
+	orders := map[string]string{} // order → transaction id
+	errOutOfStock := errors.New("out of stock")
+	place := func(order string, stock int) error {
+		_, err := producer.SendInTransaction(ctx, []sdk.SendMessage{{Body: "ship " + order, Keys: []string{order}}},
+			func(ctx context.Context) error {
+				if stock == 0 {
+					return errOutOfStock // rolls the message back
+				}
+				tx, _ := sdk.TransactionFromContext(ctx)
+				orders[order] = tx.TransactionID
+				return nil // commits it
+			})
+		return err
+	}
+	fmt.Println("order-1:", place("order-1", 3))
+	err := place("order-2", 0)
+	fmt.Println("order-2 out of stock:", errors.Is(err, errOutOfStock))
+
+	// Only the committed message is delivered.
+	msgs, err := client.Pull(ctx, "shipments", "warehouse", sdk.PullRequest{WaitSeconds: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range msgs {
+		fmt.Println("delivered:", m.Body)
+	}
+	// Output:
+	// order-1: <nil>
+	// order-2 out of stock: true
+	// delivered: ship order-1
+}
+
+func ExampleTransactionCheckHandler() {
+	ctx := context.Background()
+	client, _ := sdk.NewClient(exampleServer(), sdk.ClientOptions{})
+
+	// The producer's check endpoint answers from its own records: here a
+	// set of committed local transactions stands for the database.
+	committed := map[string]bool{}
+	var mu sync.Mutex
+	check := sdk.TransactionCheckHandler(func(ctx context.Context, c sdk.TransactionCheck) (sdk.TransactionStatus, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if committed[c.TransactionID] {
+			return sdk.TransactionCommit, nil
+		}
+		return sdk.TransactionRollback, nil
+	})
+	mux := http.NewServeMux()
+	mux.Handle("POST /tx-check", check)
+	endpoint := httptest.NewServer(mux)
+	defer endpoint.Close()
+	if _, _, err := client.PutTopic(ctx, "payments", sdk.TopicConfig{TransactionCheckURL: endpoint.URL + "/tx-check"}); err != nil {
+		log.Fatal(err)
+	}
+	if _, _, err := client.PutSubscription(ctx, "payments", "ledger", sdk.SubscriptionConfig{}); err != nil {
+		log.Fatal(err)
+	}
+
+	// A producer sends a half message, commits its local transaction and
+	// dies before it commits the message.
+	res, err := client.PrepareTransaction(ctx, "payments", "", sdk.Transaction{CheckAfterSeconds: 1}, []sdk.SendMessage{sdk.NewMessage("payment 7")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mu.Lock()
+	committed[res.TransactionID] = true
+	mu.Unlock()
+
+	// A second later the broker asks, and delivers it.
+	msgs, err := client.Pull(ctx, "payments", "ledger", sdk.PullRequest{WaitSeconds: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range msgs {
+		fmt.Println("delivered:", m.Body)
+	}
+	// Output: delivered: payment 7
+}
+
 // ------------------------------------------------------------- plumbing
 
 var examples struct {
@@ -204,7 +297,7 @@ func exampleServer() string {
 	if err != nil {
 		log.Fatal(err)
 	}
-	b, err := core.New(store, core.Options{AutoCreate: true, Logger: quiet})
+	b, err := core.New(store, core.Options{AutoCreate: true, Logger: quiet, TransactionChecker: webhook.NewChecker(webhook.CheckerOptions{Logger: quiet})})
 	if err != nil {
 		log.Fatal(err)
 	}

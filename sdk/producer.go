@@ -37,7 +37,8 @@ type ProducerOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 
 	// NoAutoDedup stops the producer from giving every message without a
-	// DedupKey a unique one. With it, a retried send whose first attempt
+	// DedupKey a unique one (half messages of SendInTransaction never get
+	// one: the broker takes none on them). With it, a retried send whose first attempt
 	// was stored but not answered stores a duplicate. Without it, the
 	// server remembers each key for 5 minutes (memory and disk).
 	NoAutoDedup bool
@@ -78,6 +79,14 @@ type ProducerOptions struct {
 	// BufferMessages caps messages accepted by SendAsync and not yet sent
 	// (default 10000); SendAsync blocks while it is full.
 	BufferMessages int
+
+	// TransactionCheckAfter is how long the broker waits for the commit or
+	// rollback of a SendInTransaction before its check-back asks the
+	// topic's TransactionCheckURL (default 30s; whole seconds, rounded
+	// up). It must exceed the local transaction's usual duration, or
+	// checks arrive while it still runs (the check handler then answers
+	// TransactionUnknown). The CheckAfter option sets it per call.
+	TransactionCheckAfter time.Duration
 }
 
 // Limits of the API a producer must respect.
@@ -116,6 +125,9 @@ func (o ProducerOptions) Validate() error {
 	if o.BufferMessages < 0 {
 		bad("BufferMessages must not be negative")
 	}
+	if o.TransactionCheckAfter < 0 {
+		bad("TransactionCheckAfter must not be negative")
+	}
 	return errors.Join(errs...)
 }
 
@@ -133,6 +145,7 @@ func (o *ProducerOptions) withDefaults() {
 	def(&o.BreakerOpenFor, 2*time.Second)
 	def(&o.BreakerQuietFor, time.Second)
 	def(&o.Linger, 5*time.Millisecond)
+	def(&o.TransactionCheckAfter, 30*time.Second)
 	if o.BreakerFailures == 0 {
 		o.BreakerFailures = 5
 	}

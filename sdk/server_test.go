@@ -15,6 +15,7 @@ import (
 	"github.com/tidemq/tidemq/gateway"
 	"github.com/tidemq/tidemq/pebblestore"
 	"github.com/tidemq/tidemq/sdk"
+	"github.com/tidemq/tidemq/webhook"
 )
 
 // The tests drive the SDK against the real server: Pebble in t.TempDir(),
@@ -33,7 +34,8 @@ func startServer(t testing.TB) *testServer {
 	if err != nil {
 		t.Fatalf("pebblestore.Open: %v", err)
 	}
-	b, err := core.New(store, core.Options{AutoCreate: true, Logger: log})
+	// The check-back's caller as cmd/tidemq wires it (internal/node).
+	b, err := core.New(store, core.Options{AutoCreate: true, Logger: log, TransactionChecker: webhook.NewChecker(webhook.CheckerOptions{Logger: log})})
 	if err != nil {
 		_ = store.Close()
 		t.Fatalf("core.New: %v", err)

@@ -36,6 +36,16 @@ const (
 type TopicConfig struct {
 	Queues         int `json:"queues,omitempty"`
 	RetentionHours int `json:"retentionHours,omitempty"`
+	// TransactionCheckURL is where the broker POSTs a TransactionCheck
+	// for a half message left without commit or rollback past its
+	// checkAfterSeconds (SPEC §9); TransactionCheckHandler answers it.
+	TransactionCheckURL string `json:"transactionCheckUrl,omitempty"`
+	// TransactionMaxChecks is how many checks a half message gets before
+	// the broker rolls it back (server default 15).
+	TransactionMaxChecks int `json:"transactionMaxChecks,omitempty"`
+	// TransactionAlertURL is the webhook of the alert fired when a
+	// transaction is rolled back after its last check.
+	TransactionAlertURL string `json:"transactionAlertUrl,omitempty"`
 }
 
 // QueueStats describes one queue of a topic. MaxOffset is exclusive.
@@ -55,6 +65,13 @@ type Topic struct {
 	Bytes          int64        `json:"bytes,omitempty"`
 	QueueStats     []QueueStats `json:"queueStats,omitempty"`
 	Subscriptions  []string     `json:"subscriptions,omitempty"`
+	// TransactionCheckURL and TransactionMaxChecks are as in TopicConfig.
+	TransactionCheckURL  string `json:"transactionCheckUrl,omitempty"`
+	TransactionMaxChecks int    `json:"transactionMaxChecks,omitempty"`
+	TransactionAlertURL  string `json:"transactionAlertUrl,omitempty"`
+	// HalfMessages counts the messages of open transactions: stored,
+	// delivered to nobody until committed; not in Messages.
+	HalfMessages int64 `json:"halfMessages,omitempty"`
 }
 
 // TopicList is the reply of GET /v1/topics.
@@ -79,8 +96,21 @@ type SendMessage struct {
 	DelaySeconds int        `json:"delaySeconds,omitempty"`
 	DeliverAt    *time.Time `json:"deliverAt,omitempty"`
 	// DedupKey makes a repeated send within 5 minutes store nothing. A
-	// Producer fills it in when it is empty (see ProducerOptions.NoAutoDedup).
+	// Producer fills it in when it is empty (see ProducerOptions.NoAutoDedup),
+	// except on half messages, which may not have one (400).
 	DedupKey string `json:"dedupKey,omitempty"`
+	// Transaction makes a single send a half message (SPEC §9); in a
+	// batch it goes on SendBatch instead. Producer.SendInTransaction
+	// sets it.
+	Transaction *Transaction `json:"transaction,omitempty"`
+}
+
+// Transaction asks for a half message: stored, delivered to nobody until
+// committed (schema Transaction).
+type Transaction struct {
+	// CheckAfterSeconds is how long the broker waits for a commit or
+	// rollback before it asks the topic's TransactionCheckURL.
+	CheckAfterSeconds int `json:"checkAfterSeconds"`
 }
 
 // NewMessage is a message with a text body.
@@ -101,17 +131,23 @@ type SendResult struct {
 	Offset    *int64    `json:"offset"`
 	StoredAt  time.Time `json:"storedAt,omitzero"`
 	Duplicate bool      `json:"duplicate,omitempty"`
+	// TransactionID is set on the reply to a half message.
+	TransactionID string `json:"transactionId,omitempty"`
 }
 
 // SendBatch is the body of POST /v1/topics/{topic}/messages:batch.
 type SendBatch struct {
 	Messages []SendMessage `json:"messages"`
+	// Transaction makes the whole batch one transaction's half messages.
+	Transaction *Transaction `json:"transaction,omitempty"`
 }
 
 // BatchResult is the reply of a batch send, one result per message in
 // request order.
 type BatchResult struct {
 	Results []SendResult `json:"results"`
+	// TransactionID is set on the reply to a batch of half messages.
+	TransactionID string `json:"transactionId,omitempty"`
 }
 
 // --------------------------------------------------------- subscriptions
@@ -399,6 +435,10 @@ type StoredMessage struct {
 	DeliverAt     *time.Time        `json:"deliverAt,omitempty"`
 	ProducerGroup string            `json:"producerGroup,omitempty"`
 	Traceparent   string            `json:"traceparent,omitempty"`
+	// State is StateHalf for a half message of an open transaction (its
+	// Offset is nil; ListTransactions has the transaction with its message
+	// ids).
+	State string `json:"state,omitempty"`
 }
 
 // Bytes returns the body as sent, decoding base64.
@@ -431,6 +471,9 @@ const (
 	StateRetrying = "retrying"
 	StateDead     = "dead"
 	StateFiltered = "filtered"
+	// StateHalf: the message belongs to an open transaction and is
+	// delivered to nobody yet.
+	StateHalf = "half"
 )
 
 // GroupState is where a message is for one group, with its deliveries.

@@ -507,5 +507,6 @@ func (f *floodResult) writeMarkdown(b *strings.Builder, name string, round int) 
 // optInPhase reports whether the targets suite runs phase name only when
 // -phases names it: the flood takes a build, a broker process and 20 s of
 // gigabytes written and synced, more than a suite run should spend on one
-// target without being asked.
-func optInPhase(name string) bool { return name == floodPhaseName }
+// target without being asked; the transactional phases (suite_tx.go) are
+// a comparison asked for when working on transactions.
+func optInPhase(name string) bool { return name == floodPhaseName || isTxPhase(name) }

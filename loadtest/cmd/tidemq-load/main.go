@@ -142,6 +142,7 @@ func parseFlags(args []string) (config, error) {
 	fs.IntVar(&sc.Producers.Batch, "batch", 1, "messages per send request (1: single send; more: batch send)")
 	fs.IntVar(&sc.Producers.MessageBytes, "size", 1024, "message body bytes")
 	fs.Float64Var(&sc.Producers.Rate, "rate", 0, "open loop: messages per second in all (0: closed loop); with -suite mirror the source's sends")
+	fs.BoolVar(&sc.Producers.Transactional, "transactional", false, "send every request's messages as the half messages of one transaction, then commit it (one scenario; the suite's tx- phases do it themselves)")
 	fs.IntVar(&sc.Consumers.Count, "consumers", 0, "concurrent consumers")
 	fs.IntVar(&sc.Consumers.MaxMessages, "pull", 32, "messages per pull")
 	fs.IntVar(&sc.Consumers.WaitSeconds, "wait", 1, "long-poll seconds of each pull")

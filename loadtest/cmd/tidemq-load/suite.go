@@ -167,6 +167,9 @@ func (c *suite) httpPhase(ctx context.Context, name, kind, url string, sc loadte
 	if p.Rate > 0 {
 		desc += fmt.Sprintf(" open loop at %s msg/s", thousands(p.Rate))
 	}
+	if p.Transactional {
+		desc += ", each request a transaction (half messages, then commit)"
+	}
 	if sc.Consumers.Count > 0 {
 		desc += fmt.Sprintf(", %d consumers pulling %d (wait %ds)", sc.Consumers.Count, sc.Consumers.MaxMessages, max(sc.Consumers.WaitSeconds, 0))
 	}
@@ -510,7 +513,8 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 	// backlog: against the batch send just measured.
 	group([]step{pebbleStep("pebble-b32-w16-1KiB", 1024, 32, 16, 0), pebbleStep("pebble-b256-w16-1KiB", 1024, 256, 16, 0)},
 		func(k string) []step {
-			return []step{brokerStep("batch100-p16-1KiB", k, sends(16, 100, 1024)), pullStep(k)}
+			return []step{brokerStep("batch100-p16-1KiB", k, sends(16, 100, 1024)),
+				brokerStep(txPhase("batch100-p16-1KiB"), k, txSends(16, 100, 1024)), pullStep(k)}
 		})
 	// Batch send at 256 B and 16 KiB against raw Pebble batch 32.
 	group([]step{pebbleStep("pebble-b32-w16-256B", 256, 32, 16, 0)},
@@ -528,7 +532,14 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 		sc := sends(n, 1, 1024)
 		sc.Duration = d
 		group([]step{pebbleStep(fmt.Sprintf("pebble-b1-w%d-1KiB", n), 1024, 1, n, d)}, func(k string) []step {
-			return []step{noopStep(fmt.Sprintf("noop-c%d-1KiB", n), k, sc), brokerStep(fmt.Sprintf("single-p%d-1KiB", n), k, sc)}
+			steps := []step{noopStep(fmt.Sprintf("noop-c%d-1KiB", n), k, sc), brokerStep(fmt.Sprintf("single-p%d-1KiB", n), k, sc)}
+			if n == txSingleProducers {
+				// Half message + commit, right after the plain sends.
+				tx := sc
+				tx.Producers.Transactional = true
+				steps = append(steps, brokerStep(txPhase(fmt.Sprintf("single-p%d-1KiB", n)), k, tx))
+			}
+			return steps
 		})
 	}
 	// End-to-end latency, absolute bounds.
@@ -624,6 +635,7 @@ func (c *suite) runTargets(ctx context.Context) ([]target, error) {
 				micros(pb1w1.Latency.P50), micros(n1.Latency.P50), micros(time.Duration(bound)), micros(4*l.P50)), bad
 		})
 		curveTargets(add, func(name string) bool { _, ok := got[0][name]; return ok }, sfx, label)
+		txTargets(add, sfx, label)
 	}
 	floodTargets(add)
 	c.costTargets(add)
