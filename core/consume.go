@@ -457,6 +457,12 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 			// Nacked: the message lives on as a retry with handles of its own.
 			return c, nil, ErrReceiptExpired
 		}
+		if r.offset < sq.next && sq.out.has(r.offset) {
+			// Outstanding without a delivery: a message of a busy orderly
+			// key, leased before a restart as one of its pull's run of the
+			// key. It goes out again after the key's earlier messages.
+			return c, nil, ErrReceiptExpired
+		}
 		if r.offset < sq.next {
 			// Not outstanding: acked already (a retried ack) or settled.
 			return c, nil, errAlreadyDone

@@ -452,7 +452,7 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 		var ks *keyState
 		if w.orderly {
 			if ks = c.keyOf(d); ks != nil {
-				d = c.firstExpired(ks, d, w.nowMs)
+				d = c.firstExpired(ks, d)
 			}
 		}
 		d.leased = false
@@ -472,17 +472,18 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 	return expired, dead
 }
 
-// firstExpired is, of the members of d's key whose leases ran out by nowMs
-// (d, popped from the lease heap, is one), the first in offset order: a
-// pull's leases of a key end together, and the first of them is the
-// failed one. d goes back to the heap if it is not that one (the failure
-// then revokes it).
-func (c *cursor) firstExpired(ks *keyState, d *delivery, nowMs int64) *delivery {
+// firstExpired is, of the members of d's key whose leases end when d's
+// does (d was popped from the lease heap as the first to end), the first
+// in offset order: a pull's leases of a key end together, and the first
+// of them is the failed one. d goes back to the heap if it is not that one
+// (the failure then revokes it). Leases that end at different times fail
+// in the order they end, as if each was looked at when it ended.
+func (c *cursor) firstExpired(ks *keyState, d *delivery) *delivery {
 	for _, m := range ks.group {
 		if m == d {
 			return d
 		}
-		if m.leased && m.heapIndex >= 0 && m.deadline <= nowMs {
+		if m.leased && m.heapIndex >= 0 && m.deadline <= d.deadline {
 			heap.Remove(&c.leases, m.heapIndex)
 			heap.Push(&c.leases, d)
 			return m
