@@ -557,3 +557,78 @@ func TestRegressionOrderlyAckWakesParkedPull(t *testing.T) {
 		t.Fatal("the parked pull was not answered within 5 s of the head's ack")
 	}
 }
+
+// A dead-letter of a key's message in the middle of a pull moves the key on
+// without a delay: the messages after it lose their leases and go out
+// next, with no attempt counted, once the one before it (unaffected, still
+// leased) is acked.
+func TestOrderlyDeadLetterInsideAPull(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.putTopic("orders", 1)
+	e.subscribe("orders", "g", core.SubscriptionConfig{Orderly: true})
+	e.sendBatch("orders", keyed("a", 1), keyed("a", 2), keyed("a", 3), keyed("a", 4))
+	got := e.pull("orders", "g", core.PullRequest{})
+	if len(got) != 4 {
+		t.Fatalf("pull %v, want 4", order(got))
+	}
+	e.deadLetter("orders", "g", got[1], "poison")
+	if n, failed := e.ack("orders", "g", got[2].ReceiptHandle); n != 0 || len(failed) != 1 || failed[0].Err != core.ErrReceiptExpired {
+		t.Errorf("ack of a:03 after a:02 was dead-lettered: n=%d failed=%v, want receipt expired", n, failed)
+	}
+	e.pullNone("orders", "g", core.PullRequest{}, "a:01 still holds the key")
+	e.ackAll("orders", "g", got[:1])
+	again := e.pull("orders", "g", core.PullRequest{})
+	if !slices.Equal(order(again), []string{"a:03", "a:04"}) || again[0].Attempt != 1 || again[1].Attempt != 1 {
+		t.Fatalf("after the dead-letter and a:01's ack got %v, want a:03, a:04 at once, attempt 1", order(again))
+	}
+	e.ackAll("orders", "g", again)
+	if dead := e.listDead("orders", "g"); len(dead) != 1 || string(dead[0].Message.Body) != "a:02" {
+		t.Errorf("DLQ = %v, want a:02", dead)
+	}
+	if info := e.subInfo("orders", "g"); info.Lag != 0 || info.Inflight != 0 {
+		t.Errorf("lag=%d inflight=%d after all settled", info.Lag, info.Inflight)
+	}
+}
+
+// A pull released because its client went away gives its key back whole:
+// the next pull gets the same messages in order, no attempt counted.
+func TestOrderlyReleaseGivesTheKeyBackWhole(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.putTopic("orders", 1)
+	e.subscribe("orders", "g", core.SubscriptionConfig{Orderly: true})
+	e.sendBatch("orders", keyed("a", 0), keyed("a", 1), keyed("a", 2))
+	got := e.pull("orders", "g", core.PullRequest{})
+	// Given back from the last to the first: a member behind the head
+	// waits for it.
+	hs := handles(got)
+	slices.Reverse(hs)
+	e.b.Release("orders", "g", hs)
+	again := e.pull("orders", "g", core.PullRequest{})
+	if !slices.Equal(order(again), []string{"a:00", "a:01", "a:02"}) {
+		t.Fatalf("after the release got %v, want the key again in order", order(again))
+	}
+	for _, d := range again {
+		if d.Attempt != 1 {
+			t.Errorf("%s attempt %d, want 1: a released lease is no attempt", d.Message.Body, d.Attempt)
+		}
+	}
+}
+
+// The lease cap per queue bounds what a pull takes of a key, as it bounds
+// a queue's outstanding messages.
+func TestOrderlyPullOfAKeyStopsAtTheLeaseCap(t *testing.T) {
+	e := newEnv(t, core.Options{MaxLeasesPerQueue: 3})
+	e.putTopic("orders", 1)
+	e.subscribe("orders", "g", core.SubscriptionConfig{Orderly: true})
+	for i := range 5 {
+		e.sendBatch("orders", keyed("a", i))
+	}
+	got := e.pull("orders", "g", core.PullRequest{MaxMessages: 10})
+	if !slices.Equal(order(got), []string{"a:00", "a:01", "a:02"}) {
+		t.Fatalf("pull %v, want the 3 the lease cap allows", order(got))
+	}
+	e.ackAll("orders", "g", got)
+	if rest := e.pull("orders", "g", core.PullRequest{MaxMessages: 10}); !slices.Equal(order(rest), []string{"a:03", "a:04"}) {
+		t.Fatalf("after the acks got %v, want a:03, a:04", order(rest))
+	}
+}
