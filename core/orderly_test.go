@@ -632,3 +632,33 @@ func TestOrderlyPullOfAKeyStopsAtTheLeaseCap(t *testing.T) {
 		t.Fatalf("after the acks got %v, want a:03, a:04", order(rest))
 	}
 }
+
+// A handle from before a restart of a message now waiting behind its key's
+// head (it was one of its pull's run of the key) has no delivery: its ack
+// answered success without acking anything (found by
+// TestOrderlyRandomWorkload). It answers receipt_expired, and the message
+// comes again after the head.
+func TestRegressionOrderlyPreRestartHandleOfWaitingMessage(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.putTopic("orders", 1)
+	e.subscribe("orders", "g", core.SubscriptionConfig{Orderly: true})
+	e.sendBatch("orders", keyed("a", 0), keyed("a", 1))
+	before := e.pull("orders", "g", core.PullRequest{})
+	if len(before) != 2 {
+		t.Fatalf("pull %v, want 2", order(before))
+	}
+	e.restart()
+	head := e.pullOne("orders", "g", core.PullRequest{MaxMessages: 1})
+	if string(head.Message.Body) != "a:00" {
+		t.Fatalf("after the restart got %s, want a:00", head.Message.Body)
+	}
+	// Another pull's scan passes a:01: it waits behind a:00.
+	e.pullNone("orders", "g", core.PullRequest{}, "a:00 holds the key")
+	if n, failed := e.ack("orders", "g", before[1].ReceiptHandle); n != 0 || len(failed) != 1 || failed[0].Err != core.ErrReceiptExpired {
+		t.Fatalf("ack of a:01's handle from before the restart: n=%d failed=%v, want receipt expired", n, failed)
+	}
+	e.ackAll("orders", "g", []core.Delivered{head})
+	if d := e.pullOne("orders", "g", core.PullRequest{}); string(d.Message.Body) != "a:01" {
+		t.Fatalf("after a:00's ack got %s, want a:01", d.Message.Body)
+	}
+}
