@@ -179,10 +179,23 @@ func benchSendParallel(b *testing.B, opts core.Options, n int) {
 // them, fsync on, from a backlog of 100,000. One op is one pull plus one ack.
 func BenchmarkPullAck(b *testing.B) { benchPullAck(b, core.Options{}) }
 
+// BenchmarkPullAckOrderly is BenchmarkPullAck on an orderly subscription,
+// the messages without a sharding key (so ordered by queue): a pull takes
+// a queue's consecutive messages, as many as it asks for.
+func BenchmarkPullAckOrderly(b *testing.B) {
+	benchPullAckSub(b, core.Options{}, core.SubscriptionConfig{Orderly: true})
+}
+
 func benchPullAck(b *testing.B, opts core.Options) {
+	benchPullAckSub(b, opts, core.SubscriptionConfig{})
+}
+
+func benchPullAckSub(b *testing.B, opts core.Options, cfg core.SubscriptionConfig) {
 	const backlog, perPull = 100_000, 32
 	br, store := benchOpen(b, opts)
-	benchSubscribe(b, br)
+	if _, _, err := br.PutSubscription(context.Background(), benchTopic, benchGroup, cfg); err != nil {
+		b.Fatalf("PutSubscription: %v", err)
+	}
 	body := benchPayload(benchKiB)
 	mk := func(int) *core.Message { return &core.Message{Body: body} }
 	benchFill(b, br, backlog, mk)

@@ -180,12 +180,21 @@ func (s *subscription) lease(c *cursor, req PullRequest) ([]leased, bool, error)
 	seen.lastSeen = now.UTC()
 	defer s.noteLocked(c) // expired leases and new ones change what the waiters wait for
 	s.expireLocked(c, w)
+	c.pulls++
+	w.pull = c.pulls
 	var out []leased
 	for len(c.released) > 0 && len(out) < w.max {
 		d := c.released[0]
 		c.released = c.released[1:]
 		if c.deliveries[dkey{d.queue, d.offset}] == d && d.ready && !d.leased {
 			out = c.take(s, w, d, out)
+			if w.orderly {
+				if ks := c.keyOf(d); ks != nil {
+					// An orderly key's head: the pull takes the key's
+					// next messages too.
+					out = c.takeFollowers(s, w, c.queues[d.queue], ks, out)
+				}
+			}
 		}
 	}
 	n := min(len(queues), len(c.queues))
@@ -446,6 +455,12 @@ func (s *subscription) lookupLocked(queues []*queue, h string) (*cursor, *delive
 		sq := c.queues[r.queueID]
 		if c.retryOf[dkey{r.queueID, r.offset}] != nil {
 			// Nacked: the message lives on as a retry with handles of its own.
+			return c, nil, ErrReceiptExpired
+		}
+		if r.offset < sq.next && sq.out.has(r.offset) {
+			// Outstanding without a delivery: a message of a busy orderly
+			// key, leased before a restart as one of its pull's run of the
+			// key. It goes out again after the key's earlier messages.
 			return c, nil, ErrReceiptExpired
 		}
 		if r.offset < sq.next {

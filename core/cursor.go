@@ -2,6 +2,7 @@ package core
 
 import (
 	"container/heap"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -27,6 +28,9 @@ type cursor struct {
 	// (or freed a lease slot a scan stopped at); the subscription's
 	// noteLocked turns it into a wake-up of the parked pulls.
 	readyNow bool
+	// pulls numbers the cursor's pulls, so an orderly key knows the pull
+	// that holds all of it (keyState.open).
+	pulls uint64
 }
 
 type dkey struct {
@@ -90,14 +94,125 @@ type subQueue struct {
 	// makes room for a message the parked pulls may take.
 	capped bool
 	// keys holds, for orderly subscriptions, every sharding key with an
-	// outstanding message: its one head delivery and the later messages
-	// of the key the cursor passed while the head was out.
+	// outstanding message (messages without a key share key 0).
 	keys map[uint32]*keyState
 }
 
+// keyState is one orderly key's outstanding messages, in offset order:
+// those with a delivery, then the ones the cursor passed while the key was
+// busy. Only the pull that takes group[0], the head, leases more of the
+// key: the members after it while they are idle, then waiting messages,
+// and, while it holds the whole key (open), the key's messages its scan
+// meets. So the leased members of a key are always one pull's.
+//
+// A failure of a leased member (nack, dead-letter, lease end, release)
+// revokes the leases of the members after it (revokeAfter): they stay in
+// the group, idle, and go out again after it, in order. A member that is
+// not the head and not leased waits for the members before it: a
+// suspension of it that ends leaves it idle, and it is made ready only
+// once it is the head (nextOfKey).
 type keyState struct {
-	head    *delivery
+	group   []*delivery
 	waiting []IndexEntry
+	// open is the pull (cursor.pulls) that leased every outstanding
+	// message of the key; 0: none.
+	open uint64
+}
+
+// idle says an orderly delivery waits for the members of its key before
+// it: not leased, not suspended, not ready, not settling.
+func (d *delivery) idle() bool {
+	return !d.leased && !d.suspended && !d.ready && d.settling == notSettling
+}
+
+// keyOf is the orderly key state a queue delivery belongs to, or nil
+// (retries, and every delivery of a subscription that is not orderly).
+func (c *cursor) keyOf(d *delivery) *keyState {
+	if d.isRetry() {
+		return nil
+	}
+	return c.queues[d.queue].keys[d.keyHash]
+}
+
+// readyIfHead makes a delivery that is out of lease ready, unless it is
+// an orderly one behind other members of its key: it stays idle until
+// they are done.
+func (c *cursor) readyIfHead(d *delivery) {
+	if ks := c.keyOf(d); ks != nil && len(ks.group) > 0 && ks.group[0] != d {
+		return
+	}
+	c.makeReady(d)
+}
+
+// revokeAfter ends, without counting an attempt, the leases of the members
+// of d's key after d (a failure of d): their handles are spent, and they
+// go out again after d, in order. Suspended and settling members keep
+// what they were decided to be.
+func (c *cursor) revokeAfter(ks *keyState, d *delivery) {
+	ks.open = 0
+	i := slices.Index(ks.group, d)
+	if i < 0 {
+		return
+	}
+	for _, m := range ks.group[i+1:] {
+		if !m.leased || m.settling != notSettling {
+			continue
+		}
+		if m.heapIndex >= 0 {
+			heap.Remove(&c.leases, m.heapIndex)
+		}
+		m.leased = false
+		m.attempt--
+		m.leaseID = 0
+	}
+}
+
+// failsAfter says an earlier member of d's orderly key is among failing,
+// the deliveries one call nacks or dead-letters.
+func (c *cursor) failsAfter(d *delivery, failing map[*delivery]string) bool {
+	ks := c.keyOf(d)
+	if ks == nil {
+		return false
+	}
+	for _, m := range ks.group {
+		if m == d {
+			return false
+		}
+		if _, ok := failing[m]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// takeFollowers leases, after the head of ks that this pull took, the
+// key's next messages in offset order while the pull has room: idle
+// members, then waiting messages. A member that is not idle, or a waiting
+// message whose key was suspended before a restart, stops it. Having taken
+// every outstanding message of the key, the pull holds it open.
+func (c *cursor) takeFollowers(s *subscription, w *leaseWork, sq *subQueue, ks *keyState, out []leased) []leased {
+	for _, m := range ks.group[1:] {
+		if len(out) >= w.max || !m.idle() {
+			return out
+		}
+		out = c.take(s, w, m, out)
+	}
+	for len(ks.waiting) > 0 && len(out) < w.max {
+		e := ks.waiting[0]
+		ks.waiting = ks.waiting[1:]
+		d, dueMs := sq.newDelivery(e)
+		c.deliveries[dkey{sq.id, e.Offset}] = d
+		ks.group = append(ks.group, d)
+		if dueMs > w.nowMs {
+			c.suspend(d, dueMs)
+			return out
+		}
+		out = c.take(s, w, d, out)
+	}
+	if len(ks.waiting) == 0 {
+		ks.open = w.pull
+	}
+	return out
 }
 
 func newCursor(id uint32, consumerID string) *cursor {
@@ -181,7 +296,8 @@ type leaseWork struct {
 	maxRetry  int
 	delays    []time.Duration
 	maxLeases int
-	more      bool // a scan stopped at its bound with entries left
+	more      bool   // a scan stopped at its bound with entries left
+	pull      uint64 // the cursor's number of this pull (0: no pull)
 }
 
 // leased is a handed-out delivery, read outside the lock.
@@ -251,8 +367,9 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		}
 		sq.out.set(e.Offset)
 		sq.nOut++
+		var ks *keyState
 		if w.orderly {
-			if ks := sq.keys[e.KeyHash]; ks != nil {
+			if ks = sq.keys[e.KeyHash]; ks != nil && (ks.open != w.pull || len(out) >= w.max) {
 				ks.waiting = append(ks.waiting, e)
 				return sq.nOut < w.maxLeases
 			}
@@ -260,13 +377,22 @@ func (c *cursor) scan(s *subscription, w *leaseWork, q *queue, sq *subQueue, out
 		d, dueMs := sq.newDelivery(e)
 		c.deliveries[dkey{sq.id, e.Offset}] = d
 		if w.orderly {
-			sq.keys[e.KeyHash] = &keyState{head: d}
+			if ks == nil {
+				ks = &keyState{}
+				sq.keys[e.KeyHash] = ks
+			}
+			// A new head, or the next message of a key this pull holds.
+			ks.group = append(ks.group, d)
+			ks.open = 0
 		}
 		if dueMs > w.nowMs {
 			c.suspend(d, dueMs) // its key was suspended before the restart
 			return sq.nOut < w.maxLeases
 		}
 		out = c.take(s, w, d, out)
+		if ks != nil {
+			ks.open = w.pull
+		}
 		return len(out) < w.max && sq.nOut < w.maxLeases
 	})
 	if sq.nOut >= w.maxLeases {
@@ -320,21 +446,50 @@ func (c *cursor) expire(w *leaseWork) (expired, dead []*delivery) {
 		d := heap.Pop(&c.leases).(*delivery)
 		if d.suspended {
 			d.suspended = false
-			c.makeReady(d)
+			c.readyIfHead(d)
 			continue
+		}
+		var ks *keyState
+		if w.orderly {
+			if ks = c.keyOf(d); ks != nil {
+				d = c.firstExpired(ks, d)
+			}
 		}
 		d.leased = false
 		expired = append(expired, d)
 		switch {
 		case d.attempt >= w.maxRetry+1:
 			dead = append(dead, d)
-		case w.orderly && !d.isRetry():
+		case ks != nil:
 			c.suspend(d, dueAfter(w.now, retryDelay(w.delays, d.attempt)))
 		default:
 			c.makeReady(d)
 		}
+		if ks != nil {
+			c.revokeAfter(ks, d)
+		}
 	}
 	return expired, dead
+}
+
+// firstExpired is, of the members of d's key whose leases end when d's
+// does (d was popped from the lease heap as the first to end), the first
+// in offset order: a pull's leases of a key end together, and the first
+// of them is the failed one. d goes back to the heap if it is not that one
+// (the failure then revokes it). Leases that end at different times fail
+// in the order they end, as if each was looked at when it ended.
+func (c *cursor) firstExpired(ks *keyState, d *delivery) *delivery {
+	for _, m := range ks.group {
+		if m == d {
+			return d
+		}
+		if m.leased && m.heapIndex >= 0 && m.deadline <= d.deadline {
+			heap.Remove(&c.leases, m.heapIndex)
+			heap.Push(&c.leases, d)
+			return m
+		}
+	}
+	return d
 }
 
 // makeReady queues a delivery to go out again and notes it for the
@@ -380,21 +535,41 @@ func (c *cursor) done(d *delivery) {
 		sq.capped = false
 		c.readyNow = true
 	}
-	if ks := sq.keys[d.keyHash]; ks != nil && ks.head == d {
-		if len(ks.waiting) == 0 {
-			delete(sq.keys, d.keyHash)
-			return
+	if ks := sq.keys[d.keyHash]; ks != nil {
+		// Acks of a pull's members of a key come in any order.
+		if i := slices.Index(ks.group, d); i >= 0 {
+			ks.group = slices.Delete(ks.group, i, i+1)
+			if i == 0 {
+				c.nextOfKey(sq, d.keyHash, ks)
+			}
 		}
-		e := ks.waiting[0]
-		ks.waiting = ks.waiting[1:]
-		nd, dueMs := sq.newDelivery(e)
-		c.deliveries[dkey{sq.id, e.Offset}] = nd
-		ks.head = nd
-		if dueMs > 0 {
-			c.suspend(nd, dueMs) // the next lease-end check makes it ready once due
-		} else {
-			c.makeReady(nd)
+	}
+}
+
+// nextOfKey gives an orderly key whose head is done its next head: the
+// next member, made ready if idle (a leased one is its pull's already, a
+// suspended one is made ready when its suspension ends), or else the
+// first waiting message.
+func (c *cursor) nextOfKey(sq *subQueue, keyHash uint32, ks *keyState) {
+	if len(ks.group) > 0 {
+		if h := ks.group[0]; h.idle() {
+			c.makeReady(h)
 		}
+		return
+	}
+	if len(ks.waiting) == 0 {
+		delete(sq.keys, keyHash)
+		return
+	}
+	e := ks.waiting[0]
+	ks.waiting = ks.waiting[1:]
+	nd, dueMs := sq.newDelivery(e)
+	c.deliveries[dkey{sq.id, e.Offset}] = nd
+	ks.group = append(ks.group, nd)
+	if dueMs > 0 {
+		c.suspend(nd, dueMs) // the next lease-end check makes it ready once due
+	} else {
+		c.makeReady(nd)
 	}
 }
 
@@ -408,6 +583,14 @@ func (c *cursor) release(l leased) bool {
 	heap.Remove(&c.leases, d.heapIndex)
 	d.leased = false
 	d.attempt--
+	if ks := c.keyOf(d); ks != nil {
+		// The client saw none of its pull: the key's later members go
+		// back too, and a member behind others waits for them idle.
+		c.revokeAfter(ks, d)
+		if len(ks.group) > 0 && ks.group[0] != d {
+			return true
+		}
+	}
 	d.ready = true
 	c.released = append([]*delivery{d}, c.released...)
 	c.readyNow = true

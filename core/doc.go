@@ -23,4 +23,11 @@
 // messages are delivered again, which the at-least-once contract allows.
 // What a lease's end decides (a failed attempt, an orderly suspension) is
 // durable, as are acked watermarks and out-of-order acks.
+//
+// An orderly pull that takes a sharding key's first outstanding message
+// takes the key's next consecutive ones too, up to its maxMessages, and a
+// failure of one of them revokes the leases of the key's later ones in
+// that pull, which go out again after it (cursor.go, keyState). Revoking
+// a lease writes nothing: the attempts, suspensions and acks that are
+// stored say all a restart needs to keep each key's order.
 package core

@@ -218,7 +218,7 @@ func (s *subscription) undoLocked(e *effect) {
 		case d.leased && d.heapIndex < 0:
 			heapPush(&c.leases, d)
 		case !d.leased && !d.ready && !d.suspended && !d.isRetry():
-			c.makeReady(d) // an expired lease on its way to the DLQ
+			c.readyIfHead(d) // an expired lease on its way to the DLQ
 		}
 	}
 	// What this run believes is on disk may be ahead of it: write the

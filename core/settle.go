@@ -101,6 +101,10 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 	s.lock()
 	byCursor := map[*cursor][]*delivery{}
 	var preRestart map[*cursor]map[uint32][]uint64 // rare: acks of leases from before a restart
+	var handleOf map[*delivery]string              // orderly failures: a failure revokes the key's later handles
+	if s.rec.Orderly && kind != settleAck {
+		handleOf = map[*delivery]string{}
+	}
 	for _, h := range handles {
 		c, d, err := s.lookupLocked(queues, h)
 		switch {
@@ -123,7 +127,26 @@ func (b *Broker) settle(ctx context.Context, topicName, group string, handles []
 			failed = append(failed, HandleResult{ReceiptHandle: h, Err: err})
 		default:
 			byCursor[c] = append(byCursor[c], d)
+			if handleOf != nil {
+				handleOf[d] = h
+			}
 			n++
+		}
+	}
+	if handleOf != nil {
+		for c, ds := range byCursor {
+			kept := ds[:0]
+			for _, d := range ds {
+				if c.failsAfter(d, handleOf) {
+					// An earlier message of its key fails in this call:
+					// that revokes this handle, as it would a moment later.
+					failed = append(failed, HandleResult{ReceiptHandle: handleOf[d], Err: ErrReceiptExpired})
+					n--
+					continue
+				}
+				kept = append(kept, d)
+			}
+			byCursor[c] = kept
 		}
 	}
 	var reqs []*request
@@ -313,6 +336,13 @@ func (s *subscription) settleLocked(c *cursor, ds []*delivery, kind settleKind, 
 		st.d.settling = st.state()
 		if st.d.heapIndex >= 0 {
 			heap.Remove(&c.leases, st.d.heapIndex) // no lease end while it settles; still leased
+		}
+		if st.suspend || st.outcome == settleDead && s.rec.Orderly {
+			// A failure of an orderly message revokes the leases of its
+			// key's messages after it; they go out again after it.
+			if ks := c.keyOf(st.d); ks != nil {
+				c.revokeAfter(ks, st.d)
+			}
 		}
 		// The next message of an orderly key, a freed lease slot or a
 		// suspension: what parked pulls may be waiting for.

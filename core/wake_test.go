@@ -202,9 +202,9 @@ func TestLongPollWakesWhenLeaseRunsOut(t *testing.T) {
 	}
 }
 
-// An orderly key's suspension ending: the nacked message comes back first
-// (the key's next message waits behind it), then, once it is acked, the
-// next one.
+// An orderly key's suspension ending: the nacked message comes back first,
+// with the key's next message behind it (its lease was revoked by the
+// nack); then, once both are acked, the key's next one.
 func TestLongPollWakesWhenOrderlyKeySuspensionEnds(t *testing.T) {
 	m := wakeModes()[1]
 	if !m.cfg.Orderly {
@@ -214,20 +214,21 @@ func TestLongPollWakesWhenOrderlyKeySuspensionEnds(t *testing.T) {
 		w := newWakeEnv(t, m, 2, core.Options{})
 		w.send("m1", "m2")
 		first := w.pullNow(10, 0)
-		if got := bodies(first); !slices.Equal(got, []string{"m1"}) {
-			t.Fatalf("first pull got %v, want [m1] alone (m2 waits for its key)", got)
+		if got := order(first); !slices.Equal(got, []string{"m1", "m2"}) {
+			t.Fatalf("first pull got %v, want [m1 m2]", got)
 		}
 		again := w.parkThen(func() time.Duration {
 			w.nack(first[0], 3*time.Second)
 			return 3 * time.Second
-		}, "m1")
-		if len(again) != 1 || again[0].Attempt != 2 {
-			t.Fatalf("parked pull got %+v, want m1 with attempt 2", again)
+		}, "m1", "m2")
+		if len(again) != 2 || again[0].Attempt != 2 || again[1].Attempt != 1 {
+			t.Fatalf("parked pull got %+v, want m1 with attempt 2, m2 with attempt 1", again)
 		}
+		w.send("m3")
 		w.parkThen(func() time.Duration {
 			w.ackAll("orders", "g", again)
 			return 0
-		}, "m2")
+		}, "m3")
 	})
 }
 

@@ -570,16 +570,29 @@ func TestE2EOrderlyAndBroadcast(t *testing.T) {
 	for i := range 3 {
 		c.send("ob", map[string]any{"body": fmt.Sprintf("a%d", i), "shardingKey": "a"})
 	}
-	for i := range 3 {
-		first := c.pull("ob", "ordered", map[string]any{"maxMessages": 10})
-		if len(first) != 1 || first[0].Body != fmt.Sprintf("a%d", i) {
-			t.Fatalf("orderly pull %d = %v, want only a%d", i, bodiesOf(first), i)
-		}
-		if more := c.pull("ob", "ordered", nil); len(more) != 0 {
-			t.Fatalf("a later message of the key came while a%d is leased: %v", i, bodiesOf(more))
-		}
-		c.ack("ob", "ordered", first[0].ReceiptHandle)
+	// A pull carries the key's consecutive messages, in order; while they
+	// are leased no other pull gets the key.
+	first := c.pull("ob", "ordered", map[string]any{"maxMessages": 10})
+	if got := orderOf(first); !slices.Equal(got, []string{"a0", "a1", "a2"}) {
+		t.Fatalf("orderly pull = %v, want [a0 a1 a2] in order", got)
 	}
+	if more := c.pull("ob", "ordered", nil); len(more) != 0 {
+		t.Fatalf("a message of the key came while its messages are leased: %v", bodiesOf(more))
+	}
+	// A nack of a1 revokes a2's lease; a0 is unaffected.
+	r := c.do("POST", subPath("ob", "ordered")+"/nack", map[string]any{"receiptHandles": []string{first[1].ReceiptHandle}, "delaySeconds": 0})
+	wantStatus(t, r, http.StatusOK)
+	if a := c.ack("ob", "ordered", first[2].ReceiptHandle); a.Acked != 0 || len(a.Failed) != 1 || a.Failed[0].Code != "receipt_expired" {
+		t.Fatalf("ack of a2 after a1's nack = %+v, want receipt_expired", a)
+	}
+	if a := c.ack("ob", "ordered", first[0].ReceiptHandle); a.Acked != 1 {
+		t.Fatalf("ack of a0 = %+v", a)
+	}
+	again := c.pull("ob", "ordered", map[string]any{"maxMessages": 10})
+	if got := orderOf(again); !slices.Equal(got, []string{"a1", "a2"}) || again[0].DeliveryAttempt != 2 || again[1].DeliveryAttempt != 1 {
+		t.Fatalf("after the nack pull = %v, want a1 (attempt 2) then a2 (attempt 1)", got)
+	}
+	c.ack("ob", "ordered", handles(again)...)
 
 	wantProblem(t, c.do("POST", pullPath("ob", "fanout"), map[string]any{}), http.StatusBadRequest, "invalid_request")
 	for _, consumer := range []string{"c1", "c2"} {
@@ -590,7 +603,7 @@ func TestE2EOrderlyAndBroadcast(t *testing.T) {
 		c.ack("ob", "fanout", handles(got)...)
 	}
 	var sub struct{ Consumers []struct{ ConsumerID string } }
-	r := c.do("GET", subPath("ob", "fanout"), nil)
+	r = c.do("GET", subPath("ob", "fanout"), nil)
 	wantStatus(t, r, http.StatusOK)
 	if err := json.Unmarshal(r.body, &sub); err != nil || len(sub.Consumers) != 2 {
 		t.Errorf("broadcast consumers %s", r.body)
@@ -722,4 +735,13 @@ func TestE2EMetricsFollowLag(t *testing.T) {
 	if v := lag(); v != 0 {
 		t.Errorf("lag %v after acking everything, want 0", v)
 	}
+}
+
+// orderOf returns the bodies in the order pulled.
+func orderOf(msgs []pulledMessage) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.Body
+	}
+	return out
 }

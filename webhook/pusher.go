@@ -80,6 +80,7 @@ type Pusher struct {
 type pushWorker struct {
 	topic, group string
 	cfg          core.PushConfig
+	orderly      bool // the subscription's; it never changes
 	breaker      *gobreaker.CircuitBreaker[*http.Response]
 	cancel       context.CancelFunc
 	done         chan struct{}
@@ -172,6 +173,7 @@ func (p *Pusher) reconcileLoop() {
 
 func (p *Pusher) reconcile() {
 	want := map[[2]string]core.PushConfig{}
+	orderly := map[[2]string]bool{}
 	for _, t := range p.b.ListTopics() {
 		subs, err := p.b.ListSubscriptions(t.Name)
 		if err != nil {
@@ -180,6 +182,7 @@ func (p *Pusher) reconcile() {
 		for _, s := range subs {
 			if s.Config.Push != nil {
 				want[[2]string{t.Name, s.Group}] = *s.Config.Push
+				orderly[[2]string{t.Name, s.Group}] = s.Config.Orderly
 			}
 		}
 	}
@@ -199,7 +202,7 @@ func (p *Pusher) reconcile() {
 			continue
 		}
 		ctx, cancel := context.WithCancel(p.ctx)
-		w := &pushWorker{topic: key[0], group: key[1], cfg: cfg, cancel: cancel, done: make(chan struct{})}
+		w := &pushWorker{topic: key[0], group: key[1], cfg: cfg, orderly: orderly[key], cancel: cancel, done: make(chan struct{})}
 		w.breaker = gobreaker.NewCircuitBreaker[*http.Response](gobreaker.Settings{
 			Name:        key[0] + "/" + key[1],
 			MaxRequests: 1,
@@ -233,8 +236,10 @@ func samePush(a, b core.PushConfig) bool {
 }
 
 // run pulls and delivers one subscription's messages, at most MaxInFlight
-// at once; orderly subscriptions keep one message per key outstanding in
-// the broker, so per-key order holds here too.
+// at once. An orderly pull may carry several consecutive messages of a
+// key: they are POSTed one after another, and a failure ends the run (the
+// broker revoked the leases of the key's later ones, which come again
+// after it), so per-key order holds here too.
 func (p *Pusher) run(ctx context.Context, w *pushWorker) {
 	slots := make(chan struct{}, w.cfg.MaxInFlight)
 	var inflight sync.WaitGroup
@@ -279,14 +284,55 @@ func (p *Pusher) run(ctx context.Context, w *pushWorker) {
 			}
 			continue
 		}
-		for _, d := range msgs {
-			slots <- struct{}{}
+		if !w.orderly {
+			for _, d := range msgs {
+				slots <- struct{}{}
+				inflight.Go(func() {
+					defer func() { <-slots }()
+					p.deliver(ctx, w, d, timeout)
+				})
+			}
+			continue
+		}
+		for _, run := range keyRuns(msgs) {
+			for range run {
+				slots <- struct{}{}
+			}
 			inflight.Go(func() {
-				defer func() { <-slots }()
-				p.deliver(ctx, w, d, timeout)
+				for i, d := range run {
+					if !p.deliver(ctx, w, d, timeout) {
+						for range run[i:] {
+							<-slots
+						}
+						return
+					}
+					<-slots
+				}
 			})
 		}
 	}
+}
+
+// keyRuns splits an orderly pull's messages into runs delivered one after
+// another: the messages of one sharding key (of one queue, for messages
+// without one), in pulled order.
+func keyRuns(msgs []core.Delivered) [][]core.Delivered {
+	out := make([][]core.Delivered, 0, len(msgs))
+	type key struct {
+		queue uint32
+		key   string
+	}
+	at := map[key]int{}
+	for _, d := range msgs {
+		k := key{queue: d.Message.QueueID, key: d.Message.ShardingKey}
+		if i, ok := at[k]; ok {
+			out[i] = append(out[i], d)
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, []core.Delivered{d})
+	}
+	return out
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
@@ -301,8 +347,9 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // deliver POSTs one message and settles it: 2xx acks, anything else nacks
-// (with Retry-After as the delay when the endpoint gives one).
-func (p *Pusher) deliver(ctx context.Context, w *pushWorker, d core.Delivered, timeout time.Duration) {
+// (with Retry-After as the delay when the endpoint gives one). It reports
+// whether the message was acked.
+func (p *Pusher) deliver(ctx context.Context, w *pushWorker, d core.Delivered, timeout time.Duration) bool {
 	handles := []string{d.ReceiptHandle}
 	body := wire.PulledMessage(d)
 	resp, err := w.breaker.Execute(func() (*http.Response, error) {
@@ -332,6 +379,7 @@ func (p *Pusher) deliver(ctx context.Context, w *pushWorker, d core.Delivered, t
 		if _, _, err := p.b.Ack(settle, w.topic, w.group, handles); err != nil {
 			p.log.Error("push ack", "err", err, "topic", w.topic, "group", w.group)
 		}
+		return true
 	default:
 		delay := time.Duration(-1)
 		reason := err.Error()
@@ -349,6 +397,7 @@ func (p *Pusher) deliver(ctx context.Context, w *pushWorker, d core.Delivered, t
 			p.log.Error("push nack", "err", err, "topic", w.topic, "group", w.group)
 		}
 	}
+	return false
 }
 
 func (p *Pusher) post(ctx context.Context, w *pushWorker, d core.Delivered, body []byte) (*http.Response, error) {
