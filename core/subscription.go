@@ -649,17 +649,10 @@ func (s *subscription) info() SubscriptionInfo {
 			q := queues[i]
 			maxOff, minOff := q.next.Load(), q.min.Load()
 			// Lag counts what is stored and not yet acked: the outstanding
-			// offsets behind the cursor plus everything ahead of it.
-			// Messages the filter skipped count as acked once passed.
+			// offsets behind the cursor plus what lies ahead of it.
 			lag := int64(sq.nOut)
 			if cursor := max(sq.next, minOff); maxOff > cursor {
-				lag += int64(maxOff - cursor)
-				// Acks restored from before a restart, ahead of the cursor.
-				for o := range sq.preAcked {
-					if o >= cursor && o < maxOff {
-						lag--
-					}
-				}
+				lag += s.lagAhead(q, sq, cursor, maxOff)
 			}
 			st := &info.Queues[i]
 			acked := max(sq.acked, minOff)
@@ -698,6 +691,56 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Consumers = append(info.Consumers, ConsumerStat{ConsumerID: id, LastSeen: c.lastSeen, Queues: qs})
 	}
 	return info
+}
+
+// lagScanMax bounds the index entries lagAhead reads per queue: it holds
+// the subscription's lock, which pulls wait for.
+const lagScanMax = 1 << 14
+
+// lagAhead counts the messages of [from, to), at or ahead of sq's cursor,
+// that are not acked. Messages the filter skips count as acked (SPEC §2)
+// whether or not the cursor has passed them yet, so that lag is a function
+// of the stored state: a broker rebuilt after a restart, whose cursor
+// starts again at the watermark, reports the lag the running one did.
+// Past lagScanMax entries every message counts. Caller holds s.mu.
+func (s *subscription) lagAhead(q *queue, sq *subQueue, from, to uint64) int64 {
+	scanTo := from // no filter: every message counts, nothing to read
+	if !s.filter.all() {
+		scanTo = min(to, from+lagScanMax)
+	}
+	// Acks restored from before a restart, ahead of the cursor, past the scan.
+	n := int64(to - scanTo)
+	for o := range sq.preAcked {
+		if o >= scanTo && o < to {
+			n--
+		}
+	}
+	if scanTo == from {
+		return n
+	}
+	// The same choices as the cursor's scan makes.
+	var m int64
+	err := s.b.store.ScanQueue(q.topicID, sq.id, from, scanTo, func(e IndexEntry) bool {
+		switch o := e.Offset; {
+		case sq.preAcked[o]:
+		case o < sq.rescanTo && (sq.out.has(o) || sq.durableAcks[o]):
+		case !s.filter.mayMatch(e.TagHash):
+		default:
+			m++
+		}
+		return true
+	})
+	if err != nil {
+		// Stats must not fail: count every message, as past the scan.
+		s.b.log.Warn("lag: reading the queue index", "topic_id", q.topicID, "queue", sq.id, "err", err)
+		m = int64(scanTo - from)
+		for o := range sq.preAcked {
+			if o >= from && o < scanTo {
+				m--
+			}
+		}
+	}
+	return n + m
 }
 
 // SetPushState records the push endpoint's breaker state for stats.
