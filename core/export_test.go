@@ -132,8 +132,12 @@ type SubState struct {
 	Topic, Group string
 	Rec          SubRecState
 	NDead        int64
-	Members      []MemberState // by consumer id
-	Cursors      []CursorState // by id
+	// Lag is the subscription's reported lag, in all and per queue
+	// (SubscriptionInfo): a figure of the stored state, leases aside.
+	Lag      int64
+	QueueLag []int64
+	Members  []MemberState // by consumer id
+	Cursors  []CursorState // by id
 }
 
 // SubRecState is a SubscriptionRecord with its pointers and slices
@@ -283,11 +287,16 @@ func LogicalState(b *Broker, nowMs int64) (State, error) {
 
 	for _, ref := range subs {
 		s := ref.s
+		info := s.info() // takes s.mu itself
 		s.lock()
 		ss, err := subState(b, ref.topic, s, topicQueues[s.rec.TopicID], nowMs, armed)
 		s.mu.Unlock()
 		if err != nil {
 			return State{}, err
+		}
+		ss.Lag = info.Lag
+		for _, q := range info.Queues {
+			ss.QueueLag = append(ss.QueueLag, q.Lag)
 		}
 		st.Subs = append(st.Subs, ss)
 	}
@@ -508,6 +517,10 @@ func flattenState(st State) (leaves, parents map[string]string) {
 		p := "sub " + s.Topic + "/" + s.Group
 		sp := put("", fmt.Sprintf("%+v", s.Rec), "%s", p)
 		put(sp, s.NDead, "%s/dlq", p)
+		put(sp, s.Lag, "%s/lag", p)
+		for i, l := range s.QueueLag {
+			put(sp, l, "%s/queue %d lag", p, i)
+		}
 		for _, mb := range s.Members {
 			put(sp, mb.CursorID, "%s/member %s", p, mb.ConsumerID)
 		}

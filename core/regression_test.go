@@ -117,6 +117,15 @@ func TestRegressionPutSubscriptionRacesDLQReads(t *testing.T) {
 //     them; fix: persist the watermark when scan moves it past
 //     persistedWM (a fire-and-forget write, as the DLQ move on lease
 //     expiry does), or at least with the next ack write of the cursor.
+//   - offsets a filter skipped behind an outstanding message: the watermark
+//     stops at the outstanding one, and only the cursor's position (memory)
+//     said the ones after it were skipped; and, before or after a restart,
+//     non-matching messages the cursor has not reached yet. Fix: lag
+//     applies the filter to the stored index ahead of the cursor
+//     (subscription.queueLag).
+//   - leased messages that retention removed, or that a filter change
+//     drops (these were also counted twice while the cursor read the
+//     queue again), counted in memory only. Fix: queueLag leaves them out.
 func TestRegressionLagAfterRestart(t *testing.T) {
 	t.Run("durable out-of-order ack", func(t *testing.T) {
 		e := newEnv(t, core.Options{})
@@ -150,6 +159,85 @@ func TestRegressionLagAfterRestart(t *testing.T) {
 		e.restart()
 		if after := e.subInfo("orders", "g").Queues[0]; after != before {
 			t.Errorf("after restart: %+v, before: %+v", after, before)
+		}
+	})
+	t.Run("filtered-out messages behind a lease and ahead of the cursor", func(t *testing.T) {
+		e := newEnv(t, core.Options{})
+		e.putTopic("orders", 1)
+		e.subscribe("orders", "g", core.SubscriptionConfig{Filter: "TagA"})
+		for _, tag := range []string{"TagA", "TagB", "TagB"} {
+			e.sendBatch("orders", &core.Message{Body: []byte(tag), Tag: tag})
+		}
+		got := e.pull("orders", "g", core.PullRequest{MaxMessages: 10})
+		if len(got) != 1 || got[0].Message.Offset != 0 {
+			t.Fatalf("pulled %v, want the TagA message at offset 0", positions(got))
+		}
+		// Not reached by the cursor: two TagB, one TagA.
+		for _, tag := range []string{"TagB", "TagB", "TagA"} {
+			e.sendBatch("orders", &core.Message{Body: []byte(tag), Tag: tag})
+		}
+		// Offset 0 leased, offset 5 ahead: the four TagB count as acked.
+		if lag := e.subInfo("orders", "g").Lag; lag != 2 {
+			t.Fatalf("lag %d before restart, want 2", lag)
+		}
+		e.restart() // the lease is gone; the watermark is still 0
+		if q := e.subInfo("orders", "g").Queues[0]; q.Lag != 2 || q.AckedOffset != 0 {
+			t.Errorf("after restart %+v, want lag 2 at acked offset 0", q)
+		}
+		// The handle from before the restart still acks offset 0.
+		if n, _ := e.ack("orders", "g", got[0].ReceiptHandle); n != 1 {
+			t.Fatalf("acked %d of the handle from before the restart, want 1", n)
+		}
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d after acking offset 0, want 1", lag)
+		}
+	})
+	t.Run("leased messages retention removed", func(t *testing.T) {
+		clk := newClock()
+		e := newEnv(t, core.Options{Now: clk.Now})
+		if _, _, err := e.b.PutTopic(t.Context(), "orders", core.TopicConfig{Queues: 1, RetentionHours: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.subscribe("orders", "g", core.SubscriptionConfig{})
+		e.send("orders", "a", "b", "c")
+		if got := e.pull("orders", "g", core.PullRequest{MaxMessages: 10, Invisible: 3 * time.Hour}); len(got) != 3 {
+			t.Fatalf("pulled %d, want 3", len(got))
+		}
+		clk.Advance(61 * time.Minute)
+		e.send("orders", "d")
+		if err := e.b.EnforceRetention(); err != nil {
+			t.Fatal(err)
+		}
+		if q := e.topicInfo("orders").QueueStats[0]; q.MinOffset != 3 {
+			t.Fatalf("retention left the queue from offset %d, want 3", q.MinOffset)
+		}
+		// Only d is stored: the leases hold messages that are gone.
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d, want 1", lag)
+		}
+		e.restart()
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d after restart, want 1", lag)
+		}
+	})
+	t.Run("leased messages a filter change drops", func(t *testing.T) {
+		e := newEnv(t, core.Options{})
+		e.putTopic("orders", 1)
+		e.subscribe("orders", "g", core.SubscriptionConfig{Filter: "TagA || TagB"})
+		for _, tag := range []string{"TagA", "TagB"} {
+			e.sendBatch("orders", &core.Message{Body: []byte(tag), Tag: tag})
+		}
+		if got := e.pull("orders", "g", core.PullRequest{MaxMessages: 10}); len(got) != 2 {
+			t.Fatalf("pulled %d, want 2", len(got))
+		}
+		e.subscribe("orders", "g", core.SubscriptionConfig{Filter: "TagA"})
+		// TagA is leased, counted once; TagB's next delivery drops it.
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d after the filter change, want 1", lag)
+		}
+		e.restart()
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d after restart, want 1", lag)
 		}
 	})
 }

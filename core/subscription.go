@@ -647,20 +647,8 @@ func (s *subscription) info() SubscriptionInfo {
 				break
 			}
 			q := queues[i]
-			maxOff, minOff := q.next.Load(), q.min.Load()
-			// Lag counts what is stored and not yet acked: the outstanding
-			// offsets behind the cursor plus everything ahead of it.
-			// Messages the filter skipped count as acked once passed.
-			lag := int64(sq.nOut)
-			if cursor := max(sq.next, minOff); maxOff > cursor {
-				lag += int64(maxOff - cursor)
-				// Acks restored from before a restart, ahead of the cursor.
-				for o := range sq.preAcked {
-					if o >= cursor && o < maxOff {
-						lag--
-					}
-				}
-			}
+			minOff := q.min.Load()
+			lag := s.queueLag(q, sq)
 			st := &info.Queues[i]
 			acked := max(sq.acked, minOff)
 			if ci == 0 || acked < st.AckedOffset {
@@ -698,6 +686,91 @@ func (s *subscription) info() SubscriptionInfo {
 		info.Consumers = append(info.Consumers, ConsumerStat{ConsumerID: id, LastSeen: c.lastSeen, Queues: qs})
 	}
 	return info
+}
+
+// lagScanMax bounds the index entries queueLag reads per queue: it holds
+// the subscription's lock, which pulls wait for.
+const lagScanMax = 1 << 14
+
+// queueLag counts the messages of q that are stored and not yet acked, for
+// sq's cursor. Messages the filter skips count as acked (SPEC §2) whether
+// or not the cursor has passed them, and so do outstanding ones the filter
+// no longer takes (their next delivery drops them): lag is a function of
+// the stored state, and a broker rebuilt after a restart, whose cursor
+// starts again at the watermark with no leases, reports what the running
+// one did. With a selective filter it reads the index ahead of the cursor
+// (and, while a filter change's rescan is under way, from the watermark);
+// past lagScanMax entries every message counts. Caller holds s.mu.
+func (s *subscription) queueLag(q *queue, sq *subQueue) int64 {
+	maxOff, minOff := q.next.Load(), q.min.Load()
+	lag := int64(sq.nOut)
+	// Outstanding offsets that retention removed are no longer stored
+	// (their deliveries end when next touched).
+	for o, ok := sq.out.first(sq.acked); ok && o < minOff; o, ok = sq.out.first(o + 1) {
+		lag--
+	}
+	cursor, from := max(sq.next, minOff), max(sq.next, minOff)
+	if maxOff <= cursor {
+		return lag
+	}
+	scanTo := from // no filter: nothing to read
+	if !s.filter.all() {
+		if low := max(sq.acked, minOff); sq.rescanTo > low {
+			from = low // outstanding offsets from before the filter changed
+		}
+		scanTo = min(maxOff, from+lagScanMax)
+	}
+	var m int64
+	if scanTo > from {
+		// The choices the cursor's scan makes (cursor.scan).
+		err := s.b.store.ScanQueue(q.topicID, sq.id, from, scanTo, func(e IndexEntry) bool {
+			o, match := e.Offset, s.filter.mayMatch(e.TagHash)
+			switch {
+			case o < sq.rescanTo && sq.out.has(o):
+				if !match {
+					m-- // counted in nOut
+				}
+			case o < cursor, sq.preAcked[o], o < sq.rescanTo && sq.durableAcks[o], !match:
+			default:
+				m++
+			}
+			return true
+		})
+		if err != nil {
+			// Stats must not fail: count as past the scan.
+			s.b.log.Warn("lag: reading the queue index", "topic_id", q.topicID, "queue", sq.id, "err", err)
+			m, scanTo = 0, cursor
+		}
+	}
+	// Past the scan every message counts but those the cursor will pass.
+	if rest := max(scanTo, cursor); maxOff > rest {
+		m += int64(maxOff-rest) - sq.passed(rest, maxOff)
+	}
+	return lag + m
+}
+
+// passed counts the offsets of [lo, hi) the cursor's scan will pass
+// without a delivery: acks restored from before a restart and, below
+// rescanTo, offsets outstanding (counted in nOut) or acked.
+func (sq *subQueue) passed(lo, hi uint64) int64 {
+	var n int64
+	for o := range sq.preAcked {
+		if o >= lo && o < hi {
+			n++
+		}
+	}
+	top := min(hi, sq.rescanTo)
+	for o := range sq.durableAcks {
+		if o >= lo && o < top && !sq.preAcked[o] {
+			n++
+		}
+	}
+	for o, ok := sq.out.first(lo); ok && o < top; o, ok = sq.out.first(o + 1) {
+		if !sq.preAcked[o] && !sq.durableAcks[o] {
+			n++
+		}
+	}
+	return n
 }
 
 // SetPushState records the push endpoint's breaker state for stats.

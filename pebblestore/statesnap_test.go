@@ -55,8 +55,15 @@ func viewOf(t *testing.T, b *core.Broker) brokerView {
 			t.Fatalf("ListSubscriptions %s: %v", ti.Name, err)
 		}
 		for i := range subs {
-			// Consumers' liveness is the running broker's memory, not stored.
+			// Leases and consumers' liveness are the running broker's
+			// memory, not stored (core/doc.go): a broker over the same
+			// state shows none. What the leases cover is compared: lag
+			// counts leased messages as not acked on either side.
 			subs[i].Consumers = nil
+			subs[i].Inflight = 0
+			for q := range subs[i].Queues {
+				subs[i].Queues[q].Inflight = 0
+			}
 		}
 		v.Subs[ti.Name] = subs
 		for _, sub := range subs {
@@ -187,13 +194,22 @@ func openBroker(t *testing.T, s *pebblestore.Store, clk *testClock) *core.Broker
 // A restored store holds the source's state as of the snapshot, and only
 // that: the same fingerprint (none of the target's old keys, none of the
 // source's later writes), its own raft log and votes, and a broker over it
-// that shows the same topics, messages, subscriptions and dead letters,
-// after a reopen too.
+// that shows the same topics, messages, subscriptions (lag included) and
+// dead letters, after a reopen too, as does a broker over a checkpoint of
+// the source (a plain reopen, no snapshot). Each seed leaves other leases
+// out and other filtered messages behind the running broker's cursors.
 func TestStateSnapshotRestoresTheStateAsOfTheSnapshot(t *testing.T) {
+	for _, seed := range []uint64{1, 2, 3, 4} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { testStateSnapshotRestores(t, seed) })
+	}
+}
+
+func testStateSnapshotRestores(t *testing.T, seed uint64) {
 	ctx := t.Context()
 	clk := &testClock{now: time.Date(2025, 3, 14, 9, 26, 53, 0, time.UTC)}
-	src, srcStore := openObservedBroker(t, vfs.NewMem(), clk, core.LocalProposer(false))
-	c := runWorkload(t, src, clk, 1, 60)
+	srcFS := vfs.NewMem()
+	src, srcStore := openObservedBroker(t, srcFS, clk, core.LocalProposer(false))
+	c := runWorkload(t, src, clk, seed, 60)
 	wantCoverage(t, c)
 	// A dead letter and a delayed send that are there at the snapshot.
 	if _, _, err := src.PutTopic(ctx, "dlq", core.TopicConfig{Queues: 1}); err != nil {
@@ -226,8 +242,15 @@ func TestStateSnapshotRestoresTheStateAsOfTheSnapshot(t *testing.T) {
 			t.Error(err)
 		}
 	})
+	if err := srcStore.Checkpoint("checkpoint"); err != nil {
+		t.Fatal(err)
+	}
 	if fingerprint(t, srcStore) != want {
-		t.Fatal("the source changed while the snapshot was taken: the comparison below would not be of one state")
+		t.Fatal("the source changed while the snapshot and the checkpoint were taken: the comparisons below would not be of one state")
+	}
+	if got := viewOf(t, openBroker(t, openStore(t, srcFS, "checkpoint"), clk)); !reflect.DeepEqual(got, wantView) {
+		logViewDiff(t, got, wantView)
+		t.Fatal("a broker over a checkpoint of the source shows another state than the source")
 	}
 	// The source goes on after the snapshot.
 	if _, err := src.Send(ctx, "orders", []*core.Message{{Body: []byte("after the snapshot"), Tag: "red"}}); err != nil {
@@ -291,16 +314,8 @@ func TestStateSnapshotRestoresTheStateAsOfTheSnapshot(t *testing.T) {
 	}
 	gotView := viewOf(t, openBroker(t, reopened, clk))
 	if !reflect.DeepEqual(gotView, wantView) {
-		for name, ms := range wantView.Msgs {
-			t.Logf("topic %s: %d messages at the source, %d restored; equal %v", name, len(ms), len(gotView.Msgs[name]), reflect.DeepEqual(ms, gotView.Msgs[name]))
-		}
-		for name, ss := range wantView.Subs {
-			t.Logf("topic %s subs: equal %v\n got  %+v\n want %+v", name, reflect.DeepEqual(ss, gotView.Subs[name]), gotView.Subs[name], ss)
-		}
-		for name, ds := range wantView.Dead {
-			t.Logf("dead %s: %d / %d equal %v", name, len(ds), len(gotView.Dead[name]), reflect.DeepEqual(ds, gotView.Dead[name]))
-		}
-		t.Fatalf("a broker over the restored store shows another state:\n got  %+v\n want %+v", gotView.Topics, wantView.Topics)
+		logViewDiff(t, gotView, wantView)
+		t.Fatal("a broker over the restored store shows another state")
 	}
 	n := 0
 	for _, ms := range wantView.Msgs {
@@ -310,6 +325,29 @@ func TestStateSnapshotRestoresTheStateAsOfTheSnapshot(t *testing.T) {
 		t.Fatalf("the workload sent %d messages and kept %d", c.sent, n)
 	}
 	t.Logf("restored %d topics, %d messages (of %d sent), %d stream bytes", len(wantView.Topics), n, c.sent, len(stream))
+}
+
+// logViewDiff logs where got differs from want.
+func logViewDiff(t *testing.T, got, want brokerView) {
+	t.Helper()
+	if !reflect.DeepEqual(got.Topics, want.Topics) {
+		t.Logf("topics:\n got  %+v\n want %+v", got.Topics, want.Topics)
+	}
+	for name, ms := range want.Msgs {
+		if !reflect.DeepEqual(ms, got.Msgs[name]) {
+			t.Logf("topic %s: %d messages wanted, %d got, not equal", name, len(ms), len(got.Msgs[name]))
+		}
+	}
+	for name, ss := range want.Subs {
+		if !reflect.DeepEqual(ss, got.Subs[name]) {
+			t.Logf("topic %s subscriptions:\n got  %+v\n want %+v", name, got.Subs[name], ss)
+		}
+	}
+	for name, ds := range want.Dead {
+		if !reflect.DeepEqual(ds, got.Dead[name]) {
+			t.Logf("dead %s: %d wanted, %d got, not equal", name, len(ds), len(got.Dead[name]))
+		}
+	}
 }
 
 // stateRecord is one record of a state stream, for tests that re-encode a
