@@ -151,6 +151,12 @@ func (c *suite) runMirror(ctx context.Context, messages int64, rate float64, sta
 	if err := dstAdmin.PutMirror(ctx, mirrorName, loadtest.MirrorSource{URL: src.URL, Topic: topic, Token: c.token}, topic, "earliest"); err != nil {
 		return err
 	}
+	// The copy delay is measured from a running mirror: the sends start
+	// once its subscription is at the source, not while the destination
+	// is still starting its copier (up to a reconcile period).
+	if err := waitMirrorSubscribed(ctx, srcAdmin, topic, "mirror.sg."+mirrorName); err != nil {
+		return err
+	}
 
 	sc.Topic, sc.Messages, sc.Producers.Rate = topic, messages, rate
 	if messages > 0 {
@@ -274,6 +280,26 @@ func (c *suite) runMirror(ctx context.Context, messages int64, rate float64, sta
 	}
 	errs = append(errs, dstAdmin.DeleteMirror(ctx, mirrorName))
 	return errors.Join(errs...)
+}
+
+// waitMirrorSubscribed waits, up to a minute, for the mirror's subscription
+// to exist at the source.
+func waitMirrorSubscribed(ctx context.Context, src loadtest.Admin, topic, group string) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := src.Subscription(ctx, topic, group)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the mirror did not subscribe at the source within a minute: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // writeMarkdown renders the mirror suite's result.
