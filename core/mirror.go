@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
-
-	"github.com/nats-io/nuid"
 )
 
 // Mirrors (SPEC §8): a topic of another region copied into a local topic.
@@ -439,19 +437,7 @@ func (b *Broker) SendMirrored(ctx context.Context, name string, copies []MirrorC
 	if err != nil {
 		return 0, err
 	}
-	b.mu.RLock()
-	nq := uint32(len(t.queues))
-	topicID := t.rec.ID
-	b.mu.RUnlock()
-	for _, msg := range msgs {
-		msg.ID = nuid.Next()
-		msg.TopicID = topicID
-		if msg.ShardingKey != "" {
-			msg.QueueID = ShardingHash(msg.ShardingKey) % nq
-		} else {
-			msg.QueueID = t.rr.Add(1) % nq
-		}
-	}
+	b.place(t, msgs)
 	spans := b.tel.beginLinkedSends(ctx, msgs, b.now())
 	req := &request{kind: reqAppend, topic: t, msgs: msgs, mirror: &mirrorWrite{m: m, srcs: srcs, skipped: skipped}}
 	err = b.submit(ctx, req)

@@ -95,19 +95,7 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	if err != nil {
 		return nil, err
 	}
-	b.mu.RLock()
-	nq := uint32(len(t.queues))
-	topicID := t.rec.ID
-	b.mu.RUnlock()
-	for _, m := range msgs {
-		m.ID = nuid.Next()
-		m.TopicID = topicID
-		if m.ShardingKey != "" {
-			m.QueueID = ShardingHash(m.ShardingKey) % nq
-		} else {
-			m.QueueID = t.rr.Add(1) % nq
-		}
-	}
+	b.place(t, msgs)
 	spans := b.tel.beginSends(ctx, msgs, b.now())
 	req := &request{kind: reqAppend, topic: t, msgs: msgs}
 	err = b.submit(ctx, req)
@@ -122,6 +110,25 @@ func (b *Broker) Send(ctx context.Context, topicName string, msgs []*Message) ([
 	b.tel.msgsIn.Add(ctx, int64(len(msgs)), t.metricAttrs...)
 	b.tel.bytesIn.Add(ctx, bytes, t.metricAttrs...)
 	return req.results, nil
+}
+
+// place names each message and gives it its topic and queue: the sharding
+// key's queue, else the next one round-robin. It returns the topic's id.
+func (b *Broker) place(t *topic, msgs []*Message) uint32 {
+	b.mu.RLock()
+	nq := uint32(len(t.queues))
+	topicID := t.rec.ID
+	b.mu.RUnlock()
+	for _, m := range msgs {
+		m.ID = nuid.Next()
+		m.TopicID = topicID
+		if m.ShardingKey != "" {
+			m.QueueID = ShardingHash(m.ShardingKey) % nq
+		} else {
+			m.QueueID = t.rr.Add(1) % nq
+		}
+	}
+	return topicID
 }
 
 // ValidTag is the one rule for tags, on messages and in filters: 1-64

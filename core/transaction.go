@@ -228,22 +228,12 @@ func (b *Broker) SendTransaction(ctx context.Context, topicName string, msgs []*
 	if err != nil {
 		return nil, "", err
 	}
-	b.mu.RLock()
-	nq := uint32(len(t.queues))
-	topicID := t.rec.ID
-	b.mu.RUnlock()
+	topicID := b.place(t, msgs)
 	now := b.now()
 	rec := &TransactionRecord{ID: b.ids.Add(1), TopicID: topicID, CheckAfterMs: checkAfter.Milliseconds(), State: TxOpen,
 		Parked: make([]uint64, len(msgs)), MessageIDs: make([]string, len(msgs))}
 	rec.TxID = txIDOf(rec.ID)
 	for i, m := range msgs {
-		m.ID = nuid.Next()
-		m.TopicID = topicID
-		if m.ShardingKey != "" {
-			m.QueueID = ShardingHash(m.ShardingKey) % nq
-		} else {
-			m.QueueID = t.rr.Add(1) % nq
-		}
 		rec.Parked[i] = b.ids.Add(1)
 		rec.MessageIDs[i] = m.ID
 		if rec.ProducerGroup == "" {
