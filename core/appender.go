@@ -206,7 +206,7 @@ const (
 // lingerBound is how long the appender waits for the rest of a round: the
 // recent commit time, bounded.
 func (b *Broker) lingerBound() time.Duration {
-	return min(max(time.Duration(b.commitTime), lingerFloor), lingerMax)
+	return min(max(time.Duration(b.commitTime.Load()), lingerFloor), lingerMax)
 }
 
 // lingered records what a wait for missing requests got (under commitMu).
@@ -225,7 +225,8 @@ func (b *Broker) lingered(missing, came int) {
 // still unanswered, how many the next round expects and whether it waits
 // for them.
 func (b *Broker) observeCommit(proposed, durable time.Time) {
-	b.commitTime += (int64(durable.Sub(proposed)) - b.commitTime) / 8
+	ct := b.commitTime.Load()
+	b.commitTime.Store(ct + (int64(durable.Sub(proposed))-ct)/8)
 	expected := max(b.inFlight.Load(), b.arriving.Load())
 	b.expected.Store(expected)
 	if b.skipRounds > 0 {

@@ -165,9 +165,10 @@ type Broker struct {
 	// groupUntil is when the round after the last commit stops waiting for
 	// the expected requests (UnixNano; 0: it does not wait).
 	groupUntil atomic.Int64
-	// commitTime is the moving average of a proposal's duration, in ns;
-	// lingerMisses and skipRounds say whether waiting paid (appender-owned).
-	commitTime   int64
+	// commitTime is the moving average of a proposal's duration, in ns,
+	// written under commitMu and read by the appender before it takes it;
+	// lingerMisses and skipRounds say whether waiting paid (under commitMu).
+	commitTime   atomic.Int64
 	lingerMisses int
 	skipRounds   int
 	// committedSeq is the seq after the last committed record; logCut the
