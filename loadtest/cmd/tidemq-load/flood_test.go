@@ -78,7 +78,9 @@ func TestFloodSmoke(t *testing.T) {
 	if res.BudgetLimit != budget || res.BudgetUsedPeak > budget {
 		t.Errorf("budget: limit %d, used at most %d: want the limit %d, never passed", res.BudgetLimit, res.BudgetUsedPeak, budget)
 	}
-	if res.PeakRSS <= 0 || res.RSSAfter <= 0 || res.SampledPeakRSS > res.PeakRSS {
+	// VmHWM lags the RSS a sample reads by up to the kernel's per-thread
+	// counter batches (a few hundred KiB): 1 MiB of slack.
+	if res.PeakRSS <= 0 || res.RSSAfter <= 0 || res.SampledPeakRSS > res.PeakRSS+1<<20 {
 		t.Errorf("RSS: peak %d, after %d, sampled peak %d: want the peak above every sample", res.PeakRSS, res.RSSAfter, res.SampledPeakRSS)
 	}
 	if res.MaxRequest <= 0 || res.MaxRequest > spec.Timeout || res.CreatedLatency.Count != res.count("201") {
