@@ -564,3 +564,7 @@ func flattenState(st State) (leaves, parents map[string]string) {
 // RaceEnabled reports whether the race detector is on, for tests that
 // bound their work by it.
 const RaceEnabled = raceEnabled
+
+// ChecksRunning is how many transaction checks hold a slot: a check holds
+// one until what it decided is committed.
+func ChecksRunning(b *Broker) int { return len(b.checkSlots) }

@@ -679,6 +679,16 @@ func (b *Broker) check(tx *txn, token uint64) {
 		next.Checks = n
 		next.NextCheckMs = b.now().UnixMilli() + checkDelay(rec.CheckAfterMs, n)
 		serr = b.submit(b.ctx, &request{kind: reqWrite, writes: []func(Batch){func(batch Batch) {
+			// A topic delete committed since the check began dropped the
+			// transaction: writing it again would leave an open record
+			// without its topic (admin requests commit alone, so the
+			// delete's forgetting is done by the time this runs).
+			b.txMu.Lock()
+			live := b.txns[next.ID] == tx
+			b.txMu.Unlock()
+			if !live {
+				return
+			}
 			batch.PutTransaction(&next)
 			batch.PutTimer(next.NextCheckMs, next.ID, TimerTransaction)
 		}}, after: func() {

@@ -431,6 +431,57 @@ func TestDeleteTopicDropsOpenTransactions(t *testing.T) {
 	}
 }
 
+// gatedChecker fails every check, each only once the test lets it go.
+type gatedChecker struct {
+	asked   chan struct{}
+	release chan struct{}
+}
+
+func (c *gatedChecker) CheckTransaction(ctx context.Context, _ string, _ core.TransactionCheck) (string, error) {
+	c.asked <- struct{}{}
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+	}
+	return "", errors.New("producer down")
+}
+
+// A topic deleted while a check of its transaction runs stays without
+// it: the check's record of another attempt does not write the
+// transaction back (a rebuilt broker would load an open transaction of a
+// topic that is gone).
+func TestTopicDeletedDuringACheckStaysDeleted(t *testing.T) {
+	clk := newClock()
+	checker := &gatedChecker{asked: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, core.Options{Now: clk.Now, TransactionChecker: checker})
+	e.txTopic("orders", 5)
+	e.prepare("orders", time.Minute, &core.Message{Body: []byte("h")})
+	e.advanceTimers(clk, time.Minute)
+	select {
+	case <-checker.asked:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no check within 5 s of its due time")
+	}
+	if err := e.b.DeleteTopic(t.Context(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	close(checker.release)
+	within(t, 5*time.Second, func() error {
+		if n := core.ChecksRunning(e.b); n != 0 {
+			return fmt.Errorf("%d checks running", n)
+		}
+		return nil
+	})
+	e.restart()
+	st, err := core.LogicalState(e.b, clk.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Transactions) != 0 {
+		t.Fatalf("open transactions after the topic's delete, a check and a restart: %+v", st.Transactions)
+	}
+}
+
 // Commits and rollbacks racing on one transaction settle it once: every
 // caller of the winning verb gets it, every other ErrTransactionSettled,
 // and a commit delivers the message once.
