@@ -297,6 +297,17 @@ func (c *Cluster) finishRestore() error {
 	if meta == nil {
 		return errors.New("cluster: the store was being restored from a snapshot and none received is kept; restore the node from another replica (remove its data directory and add it again)")
 	}
+	// Raft restores a received snapshot as soon as it has it, so the one
+	// a crash interrupted is the newest. A newer one means raft's log
+	// starts past what the received stream holds: restoring it would
+	// leave the entries between them out.
+	metas, err := c.snaps.List()
+	if err != nil {
+		return err
+	}
+	if newest := metas[0]; newest.Term > meta.Term || newest.Term == meta.Term && newest.Index > meta.Index {
+		return fmt.Errorf("cluster: the store was being restored from a snapshot and the received one kept (%s) is older than the newest (%s); restore the node from another replica (remove its data directory and add it again)", meta.ID, newest.ID)
+	}
 	_, rc, err := c.snaps.Open(meta.ID)
 	if err != nil {
 		return err

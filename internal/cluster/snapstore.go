@@ -265,9 +265,28 @@ func (k *snapSink) Close() error {
 	if err != nil {
 		return err
 	}
-	for _, m := range metas[min(len(metas), snapsRetained):] {
+	for _, m := range pruned(metas) {
 		if err := os.RemoveAll(filepath.Join(k.s.dir, m.ID)); err != nil {
 			k.s.log.Warn("old snapshot not removed", "snapshot", m.ID, "err", err)
+		}
+	}
+	return nil
+}
+
+// pruned is what lies behind the newest snapsRetained points (term and
+// index) of metas, newest first. Snapshots at one point stay together: a
+// follower that learns an entry's commit only with the leader's next
+// message takes local snapshots at the index of the one it received until
+// then, and counting those would drop the received stream a restore cut
+// short is completed from.
+func pruned(metas []*raft.SnapshotMeta) []*raft.SnapshotMeta {
+	points := 0
+	for i, m := range metas {
+		if i == 0 || m.Term != metas[i-1].Term || m.Index != metas[i-1].Index {
+			points++
+		}
+		if points > snapsRetained {
+			return metas[i:]
 		}
 	}
 	return nil
