@@ -368,7 +368,37 @@ func runWorkload(t *testing.T, b *core.Broker, clk *testClock, seed uint64, roun
 	must("DeleteMirror", b.DeleteMirror(ctx, "from-sg"))
 	_, err = b.Send(ctx, "orders", []*core.Message{{Body: []byte("last"), Tag: "red"}})
 	must("Send last", err)
+	waitChecksRecorded(t, b, clk)
 	return c
+}
+
+// waitChecksRecorded waits until no transaction check is due or running:
+// a check runs on a goroutine of its own and records its answer with a
+// commit of its own, which must not land in a state a test takes as final.
+// The clock stands still, so once every open transaction's next check is
+// in the future, nothing starts another.
+func waitChecksRecorded(t *testing.T, b *core.Broker, clk *testClock) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for wait := time.Millisecond; ; wait = min(2*wait, 20*time.Millisecond) {
+		open, err := b.ListTransactions("payments")
+		if err != nil {
+			t.Fatalf("ListTransactions: %v", err)
+		}
+		due := 0
+		for _, tx := range open {
+			if !tx.NextCheckAt.After(clk.Now()) {
+				due++
+			}
+		}
+		if due == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transaction checks still due or running after 10 s", due)
+		}
+		time.Sleep(wait)
+	}
 }
 
 // wantCoverage fails the test unless the workload did each kind of write.
