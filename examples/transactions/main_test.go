@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -140,10 +142,25 @@ func TestOrdersSurviveKills(t *testing.T) {
 			}
 		})
 	}
-	kills := 0
+	// The test reads the database beside the service (WAL: readers do not
+	// block its writer) to aim its kills.
+	rdb, err := openDB(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	kills, aimed := 0, 0
 	for _, at := range []int64{orders / 3, 2 * orders / 3} {
 		for done.Load() < at && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
+		}
+		// Kill while an order is between its two commits if one is seen
+		// within a few seconds: a kill at a random moment lands, as often
+		// as not, where every order under way is before its local commit
+		// (the workers move in step with the broker's group commits), and
+		// then no check has a row to answer commit for.
+		if inWindow(ctx, t, rdb, client, topic, 5*time.Second) {
+			aimed++
 		}
 		if err := svc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -156,7 +173,7 @@ func TestOrdersSurviveKills(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the orders did not finish in time: %d of %d", done.Load(), orders)
 	}
-	t.Logf("%d orders, %d kills, %d requests sent again", orders, kills, retries.Load())
+	t.Logf("%d orders, %d kills (%d with an order seen between its two commits), %d requests sent again", orders, kills, aimed, retries.Load())
 
 	// One order whose local transaction outlasts the check delay: the
 	// check that comes meanwhile is answered "unknown", and the order is
@@ -270,6 +287,43 @@ func TestOrdersSurviveKills(t *testing.T) {
 	if _, ok := rows["o-slow"]; !ok || stored["o-slow"] != 1 {
 		t.Errorf("the slow order: in the database %v, %d stored messages", ok, stored["o-slow"])
 	}
+}
+
+// inWindow waits, up to timeout, until some order's row is in the
+// database while its transaction is still open at the broker: the order is
+// then between its local commit and its message's commit (the row is read
+// first, so the transaction was open after the row was there). It reports
+// whether it saw one.
+func inWindow(ctx context.Context, t *testing.T, db *sql.DB, client *sdk.Client, topic string, timeout time.Duration) bool {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		rows := map[string]bool{}
+		rs, err := db.QueryContext(ctx, `SELECT tx_id FROM orders`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var tx string
+			if err := rs.Scan(&tx); err != nil {
+				t.Fatal(err)
+			}
+			rows[tx] = true
+		}
+		if err := errors.Join(rs.Err(), rs.Close()); err != nil {
+			t.Fatal(err)
+		}
+		open, err := client.ListTransactions(ctx, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tx := range open {
+			if rows[tx.TransactionID] {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func postOrder(ctx context.Context, hc *http.Client, url string, body []byte) (int, error) {
