@@ -9,7 +9,7 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-// transactionJSON is a Transaction of openapi.yaml.
+// transactionJSON is a TransactionInfo of openapi.yaml.
 type transactionJSON struct {
 	TransactionID string   `json:"transactionId"`
 	Topic         string   `json:"topic"`
