@@ -328,12 +328,6 @@ func TestDownFollowerCatchesUpFromSnapshot(t *testing.T) {
 // marked; the next start completes it from the snapshot the node had
 // received, before raft runs, and the node ends with the others' state.
 func TestInterruptedRestoreIsCompletedAtStart(t *testing.T) {
-	if raceEnabled {
-		// Under the race detector the follower sometimes keeps no received
-		// snapshot by the time the test cuts a restore short (not yet
-		// understood); the test runs without it.
-		t.Skip("flaky under -race: the received snapshot is sometimes not kept")
-	}
 	nodes, leader, down, _, _ := downPastTruncation(t, 200)
 	ctx := t.Context()
 	// A crash interrupts a restore while the received snapshot is the

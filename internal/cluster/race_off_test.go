@@ -1,6 +1,0 @@
-//go:build !race
-
-package cluster_test
-
-// raceEnabled: the race detector is on.
-const raceEnabled = false
