@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -11,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/promexport"
 	"github.com/tidemq/tidemq/mirror"
 	"github.com/tidemq/tidemq/sdk"
 )
@@ -372,4 +377,50 @@ func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
 	if err != nil || ma.Copied != 10 {
 		t.Errorf("from-sg = %+v, %v; want 10 copied (the copies of hz messages skipped)", ma, err)
 	}
+}
+
+// The mirror metrics are served under the names the README gives
+// (tidemq_mirror_lag, tidemq_mirror_copied_total, tidemq_mirror_failing),
+// through the meter provider the broker process uses.
+func TestMirrorMetricsNamedAsDocumented(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mp, err := promexport.MeterProvider(func(string) string { return "" }, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := mp.Shutdown(context.Background()); err != nil {
+			t.Errorf("meter provider Shutdown: %v", err)
+		}
+	})
+	ts := startServer(t, serverConfig{
+		core:    core.Options{MeterProvider: mp},
+		gateway: gateway.Options{MeterProvider: mp, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})},
+	})
+	c := ts.client(t)
+	c.createTopic("orders", 1)
+	wantStatus(t, c.do("PUT", "/v1/mirrors/from-hz", map[string]any{"source": map[string]any{"url": "http://127.0.0.1:1", "topic": "orders"}, "topic": "orders"}), http.StatusCreated)
+	ts.b.ReportMirror("from-hz", core.MirrorStatus{Failing: true, LastError: "source down", Lag: 7})
+	r := c.do("GET", "/metrics", nil)
+	wantStatus(t, r, http.StatusOK)
+	for _, want := range []string{
+		`tidemq_mirror_lag{mirror="from-hz",topic="orders"} 7`,
+		`tidemq_mirror_copied_total{mirror="from-hz",topic="orders"} 0`,
+		`tidemq_mirror_failing{mirror="from-hz",topic="orders"} 1`,
+	} {
+		if !slices.Contains(strings.Split(string(r.body), "\n"), want) {
+			t.Errorf("/metrics has no line %s; its mirror lines:\n%s", want, grepLines(string(r.body), "tidemq_mirror_"))
+		}
+	}
+}
+
+// grepLines is the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
