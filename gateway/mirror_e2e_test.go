@@ -424,3 +424,79 @@ func grepLines(s, prefix string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A delayed message is copied when it comes due at the source, not
+// before, with its bornAt; a copy's traceparent is in the source
+// message's trace.
+func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	c := hz.client(t)
+	tp := hdr{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}
+	const delay = 3 * time.Second
+	sentAt := time.Now()
+	c.send("orders", map[string]any{"body": "later", "tag": "Later", "shardingKey": "k", "delaySeconds": int(delay / time.Second)}, tp)
+	c.send("orders", map[string]any{"body": "now", "tag": "Now", "shardingKey": "k"}, tp)
+
+	copyTagged := func(tag string) *sdk.StoredMessage {
+		t.Helper()
+		var found []sdk.StoredMessage
+		for m, err := range dst.Messages(ctx, "orders", sdk.MessageQuery{Tag: tag}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = append(found, m)
+		}
+		if len(found) > 1 {
+			t.Fatalf("%d copies tagged %s", len(found), tag)
+		}
+		if len(found) == 0 {
+			return nil
+		}
+		return &found[0]
+	}
+	eventually(t, 20*time.Second, func() error {
+		if copyTagged("Now") == nil {
+			return errors.New("the message sent second, due at once, is not copied yet")
+		}
+		return nil
+	})
+	if early := copyTagged("Later"); early != nil && time.Since(sentAt) < delay-500*time.Millisecond {
+		t.Fatalf("the delayed message was copied %v after it was sent, before it was due (%v): %+v", time.Since(sentAt), delay, early)
+	}
+	var cp *sdk.StoredMessage
+	eventually(t, 20*time.Second, func() error {
+		if cp = copyTagged("Later"); cp == nil {
+			return errors.New("the delayed message is not copied")
+		}
+		return nil
+	})
+	var orig sdk.StoredMessage
+	for m, err := range src.Messages(ctx, "orders", sdk.MessageQuery{Tag: "Later"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig = m
+	}
+	if cp.Properties[core.PropMirrorSourceMessageID] != orig.MessageID || !cp.BornAt.Equal(orig.BornAt) || cp.StoredAt.Before(orig.StoredAt) ||
+		cp.StoredAt.Before(sentAt.Add(delay).Truncate(time.Millisecond)) {
+		t.Errorf("copy %+v\nof       %+v (sent %s, delay %v)", cp, orig, sentAt.Format(time.RFC3339Nano), delay)
+	}
+	for _, m := range []*sdk.StoredMessage{cp, copyTagged("Now")} {
+		if len(m.Traceparent) != 55 || m.Traceparent[3:35] != trace {
+			t.Errorf("copy %s has traceparent %q, not in the source's trace %s", m.Body, m.Traceparent, trace)
+		}
+	}
+}
