@@ -41,10 +41,15 @@ func mirrorTokens(t *testing.T, withMirror bool) *gateway.Tokens {
 	return tokens
 }
 
-// startRegion is a broker of region with a mirror runner quick to retry.
-func startRegion(t *testing.T, region string) *testServer {
+// startRegion is a broker of region with a mirror runner quick to retry;
+// opts, when given, are the broker's options.
+func startRegion(t *testing.T, region string, opts ...core.Options) *testServer {
 	t.Helper()
-	ts := startServer(t, serverConfig{gateway: gateway.Options{Region: region}})
+	cfg := serverConfig{gateway: gateway.Options{Region: region}}
+	if len(opts) > 0 {
+		cfg.core = opts[0]
+	}
+	ts := startServer(t, cfg)
 	r, err := mirror.New(ts.b, mirror.Options{Region: region, Reconcile: 20 * time.Millisecond, Wait: time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, OpenFor: 300 * time.Millisecond,
 		StatusEvery: 50 * time.Millisecond, Client: &http.Client{Timeout: 10 * time.Second}})
@@ -498,5 +503,61 @@ func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
 		if len(m.Traceparent) != 55 || m.Traceparent[3:35] != trace {
 			t.Errorf("copy %s has traceparent %q, not in the source's trace %s", m.Body, m.Traceparent, trace)
 		}
+	}
+}
+
+// A copy the destination refuses (a body over its limit) leaves the mirror
+// failing with the error, and the message unacked at the source: a batch
+// is acked there only once stored here.
+func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg", core.Options{MaxMessageBytes: 1024})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("small")); err != nil {
+		t.Fatal(err)
+	}
+	big, err := src.Send(ctx, "orders", "", sdk.NewMessage(strings.Repeat("x", 2048)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	group := mirror.SourceGroup("sg", "from-hz")
+	eventually(t, 20*time.Second, func() error {
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if m.State != sdk.MirrorFailing || m.LastError == nil || !strings.Contains(*m.LastError, "too large") || !strings.Contains(*m.LastError, big.MessageID) {
+			return fmt.Errorf("mirror %+v", m)
+		}
+		return nil
+	})
+	// Several attempts later, the big message is still not acked at the
+	// source, and nothing of its batch is stored here.
+	time.Sleep(500 * time.Millisecond)
+	r := hz.client(t).do("GET", "/v1/topics/orders/messages/"+big.MessageID, nil)
+	wantStatus(t, r, http.StatusOK)
+	where := decode[struct {
+		Subscriptions []struct{ Group, State string }
+	}](t, r)
+	for _, s := range where.Subscriptions {
+		if s.Group == group && s.State == "acked" {
+			t.Errorf("the refused message is acked at the source: %+v", where)
+		}
+	}
+	if s, err := src.GetSubscription(ctx, "orders", group); err != nil || s.Lag < 1 {
+		t.Errorf("source subscription %s: %+v, %v; want the refused message in its lag", group, s, err)
+	}
+	if n := countMessages(t, dst, "orders"); n > 1 {
+		t.Errorf("%d copies stored, want at most the one before the refused message", n)
 	}
 }

@@ -452,6 +452,12 @@ func (c *copier) store(msgs []sdk.PulledMessage) error {
 		copies[i].Msg = cp
 	}
 	if _, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies); err != nil {
+		// A copy refused here is named by its source message: its index
+		// in the pulled batch says nothing to whoever reads lastError.
+		if ee, ok := errors.AsType[*core.EntryError](err); ok && ee.Entry >= 0 && ee.Entry < len(msgs) {
+			m := &msgs[ee.Entry]
+			return fmt.Errorf("storing copies here: source message %s (queue %d, offset %d): %w", m.MessageID, m.QueueID, m.Offset, ee.Err)
+		}
 		return fmt.Errorf("storing copies here: %w", err)
 	}
 	res, err := c.client.Ack(c.ctx, c.rec.Source.Topic, c.group, sdk.AckRequest{ReceiptHandles: handles})
