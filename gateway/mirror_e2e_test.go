@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -560,4 +564,98 @@ func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
 	if n := countMessages(t, dst, "orders"); n > 1 {
 		t.Errorf("%d copies stored, want at most the one before the refused message", n)
 	}
+}
+
+// A slow network that also loses replies: every request between the
+// mirror and its source is delayed, and every other ack reaches the source
+// while its reply is lost (502 to the mirror). The mirror copies every
+// message once, per key in the source's order, and ends running.
+func TestMirrorOverSlowLossyNetwork(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	target, err := url.Parse(hz.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := httputil.NewSingleHostReverseProxy(target)
+	var acks, lost atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond) // there
+		if strings.HasSuffix(r.URL.Path, "/ack") && acks.Add(1)%2 == 0 {
+			rec := httptest.NewRecorder()
+			fwd.ServeHTTP(rec, r)
+			if rec.Code == http.StatusOK {
+				lost.Add(1)
+			}
+			http.Error(w, "reply lost", http.StatusBadGateway)
+			return
+		}
+		fwd.ServeHTTP(w, r)
+		time.Sleep(100 * time.Millisecond) // and back (the reply is written; the handler only holds the connection)
+	}))
+	t.Cleanup(proxy.Close)
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	if _, _, err := src.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: proxy.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, perRound = 8, 5
+	for i := range rounds {
+		var batch []sdk.SendMessage
+		for j := range perRound {
+			m := sdk.NewMessage(fmt.Sprintf("m-%02d-%d", i, j))
+			m.ShardingKey = fmt.Sprintf("key-%d", j%3)
+			batch = append(batch, m)
+		}
+		if _, err := src.SendBatch(ctx, "orders", "", batch); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // more than a round trip: several pulls, several acks
+	}
+	eventually(t, 60*time.Second, func() error {
+		if n := countMessages(t, dst, "orders"); n < rounds*perRound {
+			return fmt.Errorf("%d of %d copied", n, rounds*perRound)
+		}
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if s, err := src.GetSubscription(ctx, "orders", mirror.SourceGroup("sg", "from-hz")); err != nil || s.Lag != 0 || m.State != sdk.MirrorRunning {
+			return fmt.Errorf("mirror %+v; source subscription %+v, %v", m, s, err)
+		}
+		return nil
+	})
+	if lost.Load() == 0 {
+		t.Fatal("no ack reply was lost: the test did not test that")
+	}
+	time.Sleep(500 * time.Millisecond) // a batch handed out again would be stored by now
+	copies := topicMessages(t, dst, "orders")
+	slices.SortFunc(copies, func(x, y sdk.StoredMessage) int {
+		return cmp.Or(cmp.Compare(x.QueueID, y.QueueID), cmp.Compare(*x.Offset, *y.Offset))
+	})
+	seen := map[string]int{}
+	last := map[string]string{}
+	for _, cp := range copies {
+		seen[cp.Body]++
+		if prev, ok := last[cp.ShardingKey]; ok && prev >= cp.Body {
+			t.Errorf("key %s: %s stored after %s", cp.ShardingKey, cp.Body, prev)
+		}
+		last[cp.ShardingKey] = cp.Body
+	}
+	for body, n := range seen {
+		if n != 1 {
+			t.Errorf("%s stored %d times", body, n)
+		}
+	}
+	if len(seen) != rounds*perRound {
+		t.Errorf("%d distinct copies, want %d", len(seen), rounds*perRound)
+	}
+	t.Logf("%d acks through the proxy, %d replies lost after the ack took effect", acks.Load(), lost.Load())
 }
