@@ -659,3 +659,69 @@ func TestMirrorOverSlowLossyNetwork(t *testing.T) {
 	}
 	t.Logf("%d acks through the proxy, %d replies lost after the ack took effect", acks.Load(), lost.Load())
 }
+
+// A pause holds from its answer on: a copier that pulled a batch before
+// it learnt of the pause (the runner looks at the definitions only now
+// and then; here once an hour) stores nothing, and leaves the batch unacked
+// at the source; once resumed, the same copier stores it.
+func TestMirrorPauseHoldsAtOnce(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
+		t.Fatal(err)
+	}
+	r, err := mirror.New(sg.b, mirror.Options{Region: "sg", Reconcile: time.Hour, Wait: 2 * time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, StatusEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	copied := func(want int64) func() error {
+		return func() error {
+			if n := countMessages(t, dst, "orders"); n != want {
+				return fmt.Errorf("%d copies, want %d", n, want)
+			}
+			return nil
+		}
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("before")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, copied(1))
+
+	cfg.State = sdk.MirrorPaused
+	if m, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil || m.State != sdk.MirrorPaused {
+		t.Fatalf("pause: %+v, %v", m, err)
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("while paused")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the copier pulls it at once, and tries to store it
+	if err := copied(1)(); err != nil {
+		t.Fatalf("paused: %v", err)
+	}
+	if s, err := src.GetSubscription(ctx, "orders", mirror.SourceGroup("sg", "from-hz")); err != nil || s.Lag != 1 {
+		t.Errorf("source subscription while paused: %+v, %v; want lag 1", s, err)
+	}
+	if m, err := dst.GetMirror(ctx, "from-hz"); err != nil || m.State != sdk.MirrorPaused || m.LastError != nil {
+		t.Errorf("mirror while paused: %+v, %v; want paused, no error", m, err)
+	}
+
+	cfg.State = sdk.MirrorRunning
+	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, copied(2))
+	if m, err := dst.GetMirror(ctx, "from-hz"); err != nil || m.State != sdk.MirrorRunning || m.LastError != nil {
+		t.Errorf("mirror resumed: %+v, %v; want running, no error", m, err)
+	}
+}

@@ -287,6 +287,8 @@ func (r *Runner) newCopier(rec core.MirrorRecord) (*copier, error) {
 		MaxRequests: 1,
 		Timeout:     r.opts.OpenFor,
 		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= r.opts.FailuresToOpen },
+		// A pause is no failure of the source or of this broker.
+		IsExcluded: func(err error) bool { return errors.Is(err, core.ErrMirrorPaused) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			r.log.Info("mirror breaker", "mirror", name, "source", rec.Source.URL, "from", from.String(), "to", to.String())
 		},
@@ -311,6 +313,16 @@ func (c *copier) run() {
 		_, err := c.breaker.Execute(func() (struct{}, error) { return struct{}{}, c.attempt() })
 		if c.ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, core.ErrMirrorPaused) {
+			// Paused since this copier started: not a failure. The
+			// batch stays unacked at the source; the runner stops this
+			// copier at its next look at the definitions, or, resumed by
+			// then, the batch is stored on the next attempt.
+			if !sleep(c.ctx, min(c.r.opts.Reconcile, time.Second)) {
+				return
+			}
+			continue
 		}
 		if err != nil {
 			c.failed(err)
