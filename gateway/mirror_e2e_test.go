@@ -725,3 +725,54 @@ func TestMirrorPauseHoldsAtOnce(t *testing.T) {
 		t.Errorf("mirror resumed: %+v, %v; want running, no error", m, err)
 	}
 }
+
+// A mirror that caught up says lag 0 within a few seconds, not only when
+// its next long poll ends empty (20 s later): here every batch is full,
+// so no short batch says the source ran out.
+func TestMirrorLagSettlesSoonAfterCatchingUp(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batch []sdk.SendMessage
+	for i := range 6 {
+		batch = append(batch, sdk.NewMessage(fmt.Sprint("m", i)))
+	}
+	if _, err := src.SendBatch(ctx, "orders", "", batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := mirror.New(sg.b, mirror.Options{Region: "sg", Wait: 20 * time.Second, BatchSize: 2, StatusEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	eventually(t, 20*time.Second, func() error {
+		if n := countMessages(t, dst, "orders"); n != int64(len(batch)) {
+			return fmt.Errorf("%d of %d copied", n, len(batch))
+		}
+		return nil
+	})
+	caughtUp := time.Now()
+	eventually(t, 20*time.Second, func() error {
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if m.Lag != 0 {
+			return fmt.Errorf("mirror %+v", m)
+		}
+		return nil
+	})
+	if d := time.Since(caughtUp); d > 5*time.Second {
+		t.Errorf("the mirror said lag 0 %v after it had copied everything; want within a few seconds", d.Round(time.Millisecond))
+	}
+}

@@ -266,6 +266,10 @@ type copier struct {
 	lastErr      string
 	failing      bool
 	statusAt     time.Time
+	// statusDue says that copies were stored since the lag was last read:
+	// the next pull waits at most a second, so that a mirror that caught
+	// up reads its lag then, not when a long poll ends empty.
+	statusDue bool
 	// held is a pulled batch not yet stored and acked, tried again before
 	// anything new is pulled (its messages stay leased at the source), until
 	// heldUntil, when its leases have run out and it comes again anyway.
@@ -384,6 +388,9 @@ func (c *copier) attempt() error {
 	}
 	c.held = nil
 	wait := c.r.opts.Wait
+	if c.statusDue {
+		wait = min(wait, time.Second)
+	}
 	began := time.Now()
 	msgs, err := c.client.Pull(c.ctx, c.rec.Source.Topic, c.group, sdk.PullRequest{MaxMessages: c.r.opts.BatchSize,
 		WaitSeconds: int(wait / time.Second), InvisibleSeconds: leaseSeconds, ConsumerID: c.group})
@@ -400,10 +407,15 @@ func (c *copier) attempt() error {
 	// A batch short of full means the source had no more: the lag is read
 	// then (at most every caughtUpStatus), so that a mirror that caught up
 	// does not go on reporting the lag of a few seconds before while its
-	// next pull is parked.
+	// next pull is parked. A batch whose lag is not read now (full, or
+	// right after the last reading) leaves it due: the next pull waits a
+	// second at most, and an empty one reads it.
 	sinceStatus := time.Since(c.statusAt)
 	if len(msgs) == 0 || sinceStatus >= c.r.opts.StatusEvery || len(msgs) < c.r.opts.BatchSize && sinceStatus >= caughtUpStatus {
 		c.readStatus()
+		c.statusDue = false
+	} else {
+		c.statusDue = true
 	}
 	if len(msgs) == 0 && time.Since(began) < wait/2 {
 		// An empty answer before the wait was up: the source is stopping
