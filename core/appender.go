@@ -362,6 +362,12 @@ func (b *Broker) commit(reqs []*request, lone bool) {
 				errs[i] = fmt.Errorf("%w: %s", ErrMirrorNotFound, r.mirror.m.name)
 				continue
 			}
+			if r.mirror != nil && r.topic != nil && r.mirror.m.paused() {
+				// Copies of a mirror paused since they were pulled: once a
+				// pause is answered, nothing more is copied.
+				errs[i] = fmt.Errorf("%w: %s", ErrMirrorPaused, r.mirror.m.name)
+				continue
+			}
 			if r.topic == nil {
 				if r.mirror != nil {
 					b.applyMirror(batch, r)

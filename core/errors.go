@@ -25,6 +25,9 @@ var (
 	ErrNoLeader = errors.New("no leader")
 	// ErrMirrorNotFound: no mirror of that name (SPEC §8).
 	ErrMirrorNotFound = errors.New("mirror not found")
+	// ErrMirrorPaused: copies sent for a mirror paused since they were
+	// pulled; the runner's, never an API answer.
+	ErrMirrorPaused = errors.New("mirror paused")
 	// ErrTransactionNotFound: no transaction of that id on the topic (never
 	// prepared, or settled longer ago than the topic's retention).
 	ErrTransactionNotFound = errors.New("transaction not found")

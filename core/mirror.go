@@ -132,6 +132,13 @@ type mirror struct {
 	pending map[uint32]*MirrorProgress
 }
 
+// paused reports whether the mirror's definition says paused.
+func (m *mirror) paused() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rec.Paused
+}
+
 // has reports whether the offset is recorded in p.
 func (p *MirrorProgress) has(off uint64) bool {
 	if off < p.Watermark {
@@ -406,7 +413,8 @@ func (b *Broker) MirrorStored(name string, queue uint32, offset uint64) bool {
 // records their source offsets, in one batch: a crash never leaves copies
 // without their record or the reverse. A copy whose source offset is
 // recorded already is not stored again (nor is one whose dedup key, the
-// source message id, the dedup window still holds). It answers how many
+// source message id, the dedup window still holds). Copies of a mirror
+// that is paused are refused (ErrMirrorPaused). It answers how many
 // copies it stored.
 func (b *Broker) SendMirrored(ctx context.Context, name string, copies []MirrorCopy) (int, error) {
 	m := b.mirror(name)

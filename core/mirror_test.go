@@ -59,13 +59,13 @@ func TestMirrorDefinitionsSurviveRestart(t *testing.T) {
 	if info.Filter != "*" || info.StartFrom != "earliest" || info.State != core.MirrorRunning || info.Source.Token != "" || info.Copied != 0 {
 		t.Fatalf("created %+v", info)
 	}
+	if n, err := e.b.SendMirrored(ctx, "from-hz", []core.MirrorCopy{copyOf(0, 0), copyOf(0, 2), copyOf(1, 0)}); err != nil || n != 3 {
+		t.Fatalf("SendMirrored: %d, %v", n, err)
+	}
 	if _, created, err := e.b.PutMirror(ctx, "from-hz", core.MirrorConfig{Source: mirrorSrc, Topic: "copies", Filter: "a || b", Paused: true, StartFrom: "latest"}); err != nil || created {
 		t.Fatalf("update: created %v, %v", created, err)
 	}
 	e.putMirror("other", core.MirrorConfig{Source: mirrorSrc, Topic: "copies"})
-	if n, err := e.b.SendMirrored(ctx, "from-hz", []core.MirrorCopy{copyOf(0, 0), copyOf(0, 2), copyOf(1, 0)}); err != nil || n != 3 {
-		t.Fatalf("SendMirrored: %d, %v", n, err)
-	}
 	e.restart()
 	got, err := e.b.GetMirror("from-hz")
 	if err != nil {
@@ -431,5 +431,26 @@ func TestMirrorCopyJoinsSourceTrace(t *testing.T) {
 				t.Error("no send span in the source's trace")
 			}
 		})
+	}
+}
+
+// Copies sent for a paused mirror are refused, and record nothing; once
+// resumed, the same copies are stored.
+func TestMirrorPausedRefusesCopies(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	ctx := t.Context()
+	e.putTopic("copies", 1)
+	e.putMirror("m", core.MirrorConfig{Source: mirrorSrc, Topic: "copies", Paused: true})
+	_, err := e.b.SendMirrored(ctx, "m", []core.MirrorCopy{copyOf(0, 0)})
+	wantErr(t, err, core.ErrMirrorPaused)
+	if e.b.MirrorStored("m", 0, 0) {
+		t.Error("a refused copy's source offset is recorded")
+	}
+	e.putMirror("m", core.MirrorConfig{Source: mirrorSrc, Topic: "copies"})
+	if n, err := e.b.SendMirrored(ctx, "m", []core.MirrorCopy{copyOf(0, 0)}); err != nil || n != 1 {
+		t.Fatalf("resumed: stored %d, %v", n, err)
+	}
+	if got := e.storedCopies("copies"); len(got) != 1 {
+		t.Errorf("copies %v, want the one", got)
 	}
 }

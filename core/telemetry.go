@@ -102,7 +102,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 	topicBytes := gauge("tidemq.topic.bytes", "By", "Body bytes retained, per topic.")
 	storeBytes := gauge("tidemq.store.disk.bytes", "By", "Bytes the store occupies on disk.")
 	mirrorLag := gauge("tidemq.mirror.lag", "{message}", "Messages of a mirror's source not yet copied here (its source subscription's lag), per mirror.")
-	mirrorFailing := gauge("tidemq.mirror.failing", "1", "1 while a mirror's last attempt to read its source or store here failed, per mirror.")
+	mirrorFailing := gauge("tidemq.mirror.failing", "{mirror}", "1 while a mirror's last attempt to read its source or store here failed, per mirror.")
 	var mirrorCopied metric.Int64ObservableCounter
 	if err == nil {
 		mirrorCopied, err = m.Int64ObservableCounter("tidemq.mirror.copied", metric.WithUnit("{message}"),

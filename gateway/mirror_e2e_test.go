@@ -2,17 +2,26 @@ package gateway_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/promexport"
 	"github.com/tidemq/tidemq/mirror"
 	"github.com/tidemq/tidemq/sdk"
 )
@@ -36,10 +45,15 @@ func mirrorTokens(t *testing.T, withMirror bool) *gateway.Tokens {
 	return tokens
 }
 
-// startRegion is a broker of region with a mirror runner quick to retry.
-func startRegion(t *testing.T, region string) *testServer {
+// startRegion is a broker of region with a mirror runner quick to retry;
+// opts, when given, are the broker's options.
+func startRegion(t *testing.T, region string, opts ...core.Options) *testServer {
 	t.Helper()
-	ts := startServer(t, serverConfig{gateway: gateway.Options{Region: region}})
+	cfg := serverConfig{gateway: gateway.Options{Region: region}}
+	if len(opts) > 0 {
+		cfg.core = opts[0]
+	}
+	ts := startServer(t, cfg)
 	r, err := mirror.New(ts.b, mirror.Options{Region: region, Reconcile: 20 * time.Millisecond, Wait: time.Second,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, OpenFor: 300 * time.Millisecond,
 		StatusEvery: 50 * time.Millisecond, Client: &http.Client{Timeout: 10 * time.Second}})
@@ -371,5 +385,394 @@ func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
 	ma, err := a.GetMirror(ctx, "from-sg")
 	if err != nil || ma.Copied != 10 {
 		t.Errorf("from-sg = %+v, %v; want 10 copied (the copies of hz messages skipped)", ma, err)
+	}
+}
+
+// The mirror metrics are served under the names the README gives
+// (tidemq_mirror_lag, tidemq_mirror_copied_total, tidemq_mirror_failing),
+// through the meter provider the broker process uses.
+func TestMirrorMetricsNamedAsDocumented(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mp, err := promexport.MeterProvider(func(string) string { return "" }, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := mp.Shutdown(context.Background()); err != nil {
+			t.Errorf("meter provider Shutdown: %v", err)
+		}
+	})
+	ts := startServer(t, serverConfig{
+		core:    core.Options{MeterProvider: mp},
+		gateway: gateway.Options{MeterProvider: mp, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})},
+	})
+	c := ts.client(t)
+	c.createTopic("orders", 1)
+	wantStatus(t, c.do("PUT", "/v1/mirrors/from-hz", map[string]any{"source": map[string]any{"url": "http://127.0.0.1:1", "topic": "orders"}, "topic": "orders"}), http.StatusCreated)
+	ts.b.ReportMirror("from-hz", core.MirrorStatus{Failing: true, LastError: "source down", Lag: 7})
+	r := c.do("GET", "/metrics", nil)
+	wantStatus(t, r, http.StatusOK)
+	for _, want := range []string{
+		`tidemq_mirror_lag{mirror="from-hz",topic="orders"} 7`,
+		`tidemq_mirror_copied_total{mirror="from-hz",topic="orders"} 0`,
+		`tidemq_mirror_failing{mirror="from-hz",topic="orders"} 1`,
+	} {
+		if !slices.Contains(strings.Split(string(r.body), "\n"), want) {
+			t.Errorf("/metrics has no line %s; its mirror lines:\n%s", want, grepLines(string(r.body), "tidemq_mirror_"))
+		}
+	}
+}
+
+// grepLines is the lines of s that start with prefix.
+func grepLines(s, prefix string) string {
+	var out []string
+	for line := range strings.SplitSeq(s, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// A delayed message is copied when it comes due at the source, not
+// before, with its bornAt; a copy's traceparent is in the source
+// message's trace.
+func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+	c := hz.client(t)
+	tp := hdr{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}
+	const delay = 3 * time.Second
+	sentAt := time.Now()
+	c.send("orders", map[string]any{"body": "later", "tag": "Later", "shardingKey": "k", "delaySeconds": int(delay / time.Second)}, tp)
+	c.send("orders", map[string]any{"body": "now", "tag": "Now", "shardingKey": "k"}, tp)
+
+	copyTagged := func(tag string) *sdk.StoredMessage {
+		t.Helper()
+		var found []sdk.StoredMessage
+		for m, err := range dst.Messages(ctx, "orders", sdk.MessageQuery{Tag: tag}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			found = append(found, m)
+		}
+		if len(found) > 1 {
+			t.Fatalf("%d copies tagged %s", len(found), tag)
+		}
+		if len(found) == 0 {
+			return nil
+		}
+		return &found[0]
+	}
+	eventually(t, 20*time.Second, func() error {
+		if copyTagged("Now") == nil {
+			return errors.New("the message sent second, due at once, is not copied yet")
+		}
+		return nil
+	})
+	if early := copyTagged("Later"); early != nil && time.Since(sentAt) < delay-500*time.Millisecond {
+		t.Fatalf("the delayed message was copied %v after it was sent, before it was due (%v): %+v", time.Since(sentAt), delay, early)
+	}
+	var cp *sdk.StoredMessage
+	eventually(t, 20*time.Second, func() error {
+		if cp = copyTagged("Later"); cp == nil {
+			return errors.New("the delayed message is not copied")
+		}
+		return nil
+	})
+	var orig sdk.StoredMessage
+	for m, err := range src.Messages(ctx, "orders", sdk.MessageQuery{Tag: "Later"}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig = m
+	}
+	if cp.Properties[core.PropMirrorSourceMessageID] != orig.MessageID || !cp.BornAt.Equal(orig.BornAt) || cp.StoredAt.Before(orig.StoredAt) ||
+		cp.StoredAt.Before(sentAt.Add(delay).Truncate(time.Millisecond)) {
+		t.Errorf("copy %+v\nof       %+v (sent %s, delay %v)", cp, orig, sentAt.Format(time.RFC3339Nano), delay)
+	}
+	for _, m := range []*sdk.StoredMessage{cp, copyTagged("Now")} {
+		if len(m.Traceparent) != 55 || m.Traceparent[3:35] != trace {
+			t.Errorf("copy %s has traceparent %q, not in the source's trace %s", m.Body, m.Traceparent, trace)
+		}
+	}
+}
+
+// A copy the destination refuses (a body over its limit) leaves the mirror
+// failing with the error, and the message unacked at the source: a batch
+// is acked there only once stored here.
+func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg", core.Options{MaxMessageBytes: 1024})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("small")); err != nil {
+		t.Fatal(err)
+	}
+	big, err := src.Send(ctx, "orders", "", sdk.NewMessage(strings.Repeat("x", 2048)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	group := mirror.SourceGroup("sg", "from-hz")
+	eventually(t, 20*time.Second, func() error {
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if m.State != sdk.MirrorFailing || m.LastError == nil || !strings.Contains(*m.LastError, "too large") || !strings.Contains(*m.LastError, big.MessageID) {
+			return fmt.Errorf("mirror %+v", m)
+		}
+		return nil
+	})
+	// Several attempts later, the big message is still not acked at the
+	// source, and nothing of its batch is stored here.
+	time.Sleep(500 * time.Millisecond)
+	r := hz.client(t).do("GET", "/v1/topics/orders/messages/"+big.MessageID, nil)
+	wantStatus(t, r, http.StatusOK)
+	where := decode[struct {
+		Subscriptions []struct{ Group, State string }
+	}](t, r)
+	for _, s := range where.Subscriptions {
+		if s.Group == group && s.State == "acked" {
+			t.Errorf("the refused message is acked at the source: %+v", where)
+		}
+	}
+	if s, err := src.GetSubscription(ctx, "orders", group); err != nil || s.Lag < 1 {
+		t.Errorf("source subscription %s: %+v, %v; want the refused message in its lag", group, s, err)
+	}
+	if n := countMessages(t, dst, "orders"); n > 1 {
+		t.Errorf("%d copies stored, want at most the one before the refused message", n)
+	}
+}
+
+// A slow network that also loses replies: every request between the
+// mirror and its source is delayed, and every other ack reaches the source
+// while its reply is lost (502 to the mirror). The mirror copies every
+// message once, per key in the source's order, and ends running.
+func TestMirrorOverSlowLossyNetwork(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startRegion(t, "sg")
+	target, err := url.Parse(hz.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := httputil.NewSingleHostReverseProxy(target)
+	var acks, lost atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond) // there
+		if strings.HasSuffix(r.URL.Path, "/ack") && acks.Add(1)%2 == 0 {
+			rec := httptest.NewRecorder()
+			fwd.ServeHTTP(rec, r)
+			if rec.Code == http.StatusOK {
+				lost.Add(1)
+			}
+			http.Error(w, "reply lost", http.StatusBadGateway)
+			return
+		}
+		fwd.ServeHTTP(w, r)
+		time.Sleep(100 * time.Millisecond) // and back (the reply is written; the handler only holds the connection)
+	}))
+	t.Cleanup(proxy.Close)
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	if _, _, err := src.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: proxy.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, perRound = 8, 5
+	for i := range rounds {
+		var batch []sdk.SendMessage
+		for j := range perRound {
+			m := sdk.NewMessage(fmt.Sprintf("m-%02d-%d", i, j))
+			m.ShardingKey = fmt.Sprintf("key-%d", j%3)
+			batch = append(batch, m)
+		}
+		if _, err := src.SendBatch(ctx, "orders", "", batch); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond) // more than a round trip: several pulls, several acks
+	}
+	eventually(t, 60*time.Second, func() error {
+		if n := countMessages(t, dst, "orders"); n < rounds*perRound {
+			return fmt.Errorf("%d of %d copied", n, rounds*perRound)
+		}
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if s, err := src.GetSubscription(ctx, "orders", mirror.SourceGroup("sg", "from-hz")); err != nil || s.Lag != 0 || m.State != sdk.MirrorRunning {
+			return fmt.Errorf("mirror %+v; source subscription %+v, %v", m, s, err)
+		}
+		return nil
+	})
+	if lost.Load() == 0 {
+		t.Fatal("no ack reply was lost: the test did not test that")
+	}
+	time.Sleep(500 * time.Millisecond) // a batch handed out again would be stored by now
+	copies := topicMessages(t, dst, "orders")
+	slices.SortFunc(copies, func(x, y sdk.StoredMessage) int {
+		return cmp.Or(cmp.Compare(x.QueueID, y.QueueID), cmp.Compare(*x.Offset, *y.Offset))
+	})
+	seen := map[string]int{}
+	last := map[string]string{}
+	for _, cp := range copies {
+		seen[cp.Body]++
+		if prev, ok := last[cp.ShardingKey]; ok && prev >= cp.Body {
+			t.Errorf("key %s: %s stored after %s", cp.ShardingKey, cp.Body, prev)
+		}
+		last[cp.ShardingKey] = cp.Body
+	}
+	for body, n := range seen {
+		if n != 1 {
+			t.Errorf("%s stored %d times", body, n)
+		}
+	}
+	if len(seen) != rounds*perRound {
+		t.Errorf("%d distinct copies, want %d", len(seen), rounds*perRound)
+	}
+	t.Logf("%d acks through the proxy, %d replies lost after the ack took effect", acks.Load(), lost.Load())
+}
+
+// A pause holds from its answer on: a copier that pulled a batch before
+// it learnt of the pause (the runner looks at the definitions only now
+// and then; here once an hour) stores nothing, and leaves the batch unacked
+// at the source; once resumed, the same copier stores it.
+func TestMirrorPauseHoldsAtOnce(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
+		t.Fatal(err)
+	}
+	r, err := mirror.New(sg.b, mirror.Options{Region: "sg", Reconcile: time.Hour, Wait: 2 * time.Second,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, StatusEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	copied := func(want int64) func() error {
+		return func() error {
+			if n := countMessages(t, dst, "orders"); n != want {
+				return fmt.Errorf("%d copies, want %d", n, want)
+			}
+			return nil
+		}
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("before")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, copied(1))
+
+	cfg.State = sdk.MirrorPaused
+	if m, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil || m.State != sdk.MirrorPaused {
+		t.Fatalf("pause: %+v, %v", m, err)
+	}
+	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("while paused")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the copier pulls it at once, and tries to store it
+	if err := copied(1)(); err != nil {
+		t.Fatalf("paused: %v", err)
+	}
+	if s, err := src.GetSubscription(ctx, "orders", mirror.SourceGroup("sg", "from-hz")); err != nil || s.Lag != 1 {
+		t.Errorf("source subscription while paused: %+v, %v; want lag 1", s, err)
+	}
+	if m, err := dst.GetMirror(ctx, "from-hz"); err != nil || m.State != sdk.MirrorPaused || m.LastError != nil {
+		t.Errorf("mirror while paused: %+v, %v; want paused, no error", m, err)
+	}
+
+	cfg.State = sdk.MirrorRunning
+	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, copied(2))
+	if m, err := dst.GetMirror(ctx, "from-hz"); err != nil || m.State != sdk.MirrorRunning || m.LastError != nil {
+		t.Errorf("mirror resumed: %+v, %v; want running, no error", m, err)
+	}
+}
+
+// A mirror that caught up says lag 0 within a few seconds, not only when
+// its next long poll ends empty (20 s later): here every batch is full,
+// so no short batch says the source ran out.
+func TestMirrorLagSettlesSoonAfterCatchingUp(t *testing.T) {
+	hz := startRegion(t, "hz")
+	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
+	src := sdkClient(t, hz.URL, "")
+	dst := sdkClient(t, sg.URL, "")
+	ctx := t.Context()
+	for _, c := range []*sdk.Client{src, dst} {
+		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batch []sdk.SendMessage
+	for i := range 6 {
+		batch = append(batch, sdk.NewMessage(fmt.Sprint("m", i)))
+	}
+	if _, err := src.SendBatch(ctx, "orders", "", batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := mirror.New(sg.b, mirror.Options{Region: "sg", Wait: 20 * time.Second, BatchSize: 2, StatusEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	eventually(t, 20*time.Second, func() error {
+		if n := countMessages(t, dst, "orders"); n != int64(len(batch)) {
+			return fmt.Errorf("%d of %d copied", n, len(batch))
+		}
+		return nil
+	})
+	caughtUp := time.Now()
+	eventually(t, 20*time.Second, func() error {
+		m, err := dst.GetMirror(ctx, "from-hz")
+		if err != nil {
+			return err
+		}
+		if m.Lag != 0 {
+			return fmt.Errorf("mirror %+v", m)
+		}
+		return nil
+	})
+	if d := time.Since(caughtUp); d > 5*time.Second {
+		t.Errorf("the mirror said lag 0 %v after it had copied everything; want within a few seconds", d.Round(time.Millisecond))
 	}
 }

@@ -266,6 +266,10 @@ type copier struct {
 	lastErr      string
 	failing      bool
 	statusAt     time.Time
+	// statusDue says that copies were stored since the lag was last read:
+	// the next pull waits at most a second, so that a mirror that caught
+	// up reads its lag then, not when a long poll ends empty.
+	statusDue bool
 	// held is a pulled batch not yet stored and acked, tried again before
 	// anything new is pulled (its messages stay leased at the source), until
 	// heldUntil, when its leases have run out and it comes again anyway.
@@ -287,6 +291,8 @@ func (r *Runner) newCopier(rec core.MirrorRecord) (*copier, error) {
 		MaxRequests: 1,
 		Timeout:     r.opts.OpenFor,
 		ReadyToTrip: func(n gobreaker.Counts) bool { return n.ConsecutiveFailures >= r.opts.FailuresToOpen },
+		// A pause is no failure of the source or of this broker.
+		IsExcluded: func(err error) bool { return errors.Is(err, core.ErrMirrorPaused) },
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			r.log.Info("mirror breaker", "mirror", name, "source", rec.Source.URL, "from", from.String(), "to", to.String())
 		},
@@ -311,6 +317,16 @@ func (c *copier) run() {
 		_, err := c.breaker.Execute(func() (struct{}, error) { return struct{}{}, c.attempt() })
 		if c.ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, core.ErrMirrorPaused) {
+			// Paused since this copier started: not a failure. The
+			// batch stays unacked at the source; the runner stops this
+			// copier at its next look at the definitions, or, resumed by
+			// then, the batch is stored on the next attempt.
+			if !sleep(c.ctx, min(c.r.opts.Reconcile, time.Second)) {
+				return
+			}
+			continue
 		}
 		if err != nil {
 			c.failed(err)
@@ -372,6 +388,9 @@ func (c *copier) attempt() error {
 	}
 	c.held = nil
 	wait := c.r.opts.Wait
+	if c.statusDue {
+		wait = min(wait, time.Second)
+	}
 	began := time.Now()
 	msgs, err := c.client.Pull(c.ctx, c.rec.Source.Topic, c.group, sdk.PullRequest{MaxMessages: c.r.opts.BatchSize,
 		WaitSeconds: int(wait / time.Second), InvisibleSeconds: leaseSeconds, ConsumerID: c.group})
@@ -388,10 +407,15 @@ func (c *copier) attempt() error {
 	// A batch short of full means the source had no more: the lag is read
 	// then (at most every caughtUpStatus), so that a mirror that caught up
 	// does not go on reporting the lag of a few seconds before while its
-	// next pull is parked.
+	// next pull is parked. A batch whose lag is not read now (full, or
+	// right after the last reading) leaves it due: the next pull waits a
+	// second at most, and an empty one reads it.
 	sinceStatus := time.Since(c.statusAt)
 	if len(msgs) == 0 || sinceStatus >= c.r.opts.StatusEvery || len(msgs) < c.r.opts.BatchSize && sinceStatus >= caughtUpStatus {
 		c.readStatus()
+		c.statusDue = false
+	} else {
+		c.statusDue = true
 	}
 	if len(msgs) == 0 && time.Since(began) < wait/2 {
 		// An empty answer before the wait was up: the source is stopping
@@ -452,6 +476,12 @@ func (c *copier) store(msgs []sdk.PulledMessage) error {
 		copies[i].Msg = cp
 	}
 	if _, err := c.r.b.SendMirrored(c.ctx, c.rec.Name, copies); err != nil {
+		// A copy refused here is named by its source message: its index
+		// in the pulled batch says nothing to whoever reads lastError.
+		if ee, ok := errors.AsType[*core.EntryError](err); ok && ee.Entry >= 0 && ee.Entry < len(msgs) {
+			m := &msgs[ee.Entry]
+			return fmt.Errorf("storing copies here: source message %s (queue %d, offset %d): %w", m.MessageID, m.QueueID, m.Offset, ee.Err)
+		}
 		return fmt.Errorf("storing copies here: %w", err)
 	}
 	res, err := c.client.Ack(c.ctx, c.rec.Source.Topic, c.group, sdk.AckRequest{ReceiptHandles: handles})
