@@ -69,6 +69,27 @@ func startRegion(t *testing.T, region string, opts ...core.Options) *testServer 
 	return ts
 }
 
+// putOrders creates the topic orders, of queues queues, on each client's
+// broker.
+func putOrders(t *testing.T, queues int, clients ...*sdk.Client) {
+	t.Helper()
+	for _, c := range clients {
+		if _, _, err := c.PutTopic(t.Context(), "orders", sdk.TopicConfig{Queues: queues}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// mirrorOrders defines on dst the mirror name, which copies the topic
+// orders of the broker at srcURL into dst's orders.
+func mirrorOrders(t *testing.T, dst *sdk.Client, name, srcURL string) {
+	t.Helper()
+	cfg := sdk.MirrorConfig{Source: sdk.MirrorSource{URL: srcURL, Topic: "orders"}, Topic: "orders"}
+	if _, _, err := dst.PutMirror(t.Context(), name, cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sdkClient(t *testing.T, url, token string) *sdk.Client {
 	t.Helper()
 	c, err := sdk.NewClient(url, sdk.ClientOptions{Token: token})
@@ -330,17 +351,9 @@ func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
 	a := sdkClient(t, hz.URL, "")
 	b := sdkClient(t, sg.URL, "")
 	ctx := t.Context()
-	for _, c := range []*sdk.Client{a, b} {
-		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, _, err := b.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := a.PutMirror(ctx, "from-sg", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: sg.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
+	putOrders(t, 2, a, b)
+	mirrorOrders(t, b, "from-hz", hz.URL)
+	mirrorOrders(t, a, "from-sg", sg.URL)
 	for i := range 10 {
 		if _, err := a.Send(ctx, "orders", "", sdk.NewMessage(fmt.Sprintf("hz %d", i))); err != nil {
 			t.Fatal(err)
@@ -443,14 +456,8 @@ func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
 	src := sdkClient(t, hz.URL, "")
 	dst := sdkClient(t, sg.URL, "")
 	ctx := t.Context()
-	for _, c := range []*sdk.Client{src, dst} {
-		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
+	putOrders(t, 2, src, dst)
+	mirrorOrders(t, dst, "from-hz", hz.URL)
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	c := hz.client(t)
 	tp := hdr{"traceparent": "00-" + trace + "-00f067aa0ba902b7-01"}
@@ -519,11 +526,7 @@ func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
 	src := sdkClient(t, hz.URL, "")
 	dst := sdkClient(t, sg.URL, "")
 	ctx := t.Context()
-	for _, c := range []*sdk.Client{src, dst} {
-		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putOrders(t, 1, src, dst)
 	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("small")); err != nil {
 		t.Fatal(err)
 	}
@@ -531,9 +534,7 @@ func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
+	mirrorOrders(t, dst, "from-hz", hz.URL)
 	group := mirror.SourceGroup("sg", "from-hz")
 	eventually(t, 20*time.Second, func() error {
 		m, err := dst.GetMirror(ctx, "from-hz")
@@ -603,9 +604,7 @@ func TestMirrorOverSlowLossyNetwork(t *testing.T) {
 	if _, _, err := dst.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: proxy.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
+	mirrorOrders(t, dst, "from-hz", proxy.URL)
 	const rounds, perRound = 8, 5
 	for i := range rounds {
 		var batch []sdk.SendMessage
@@ -670,11 +669,7 @@ func TestMirrorPauseHoldsAtOnce(t *testing.T) {
 	src := sdkClient(t, hz.URL, "")
 	dst := sdkClient(t, sg.URL, "")
 	ctx := t.Context()
-	for _, c := range []*sdk.Client{src, dst} {
-		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putOrders(t, 1, src, dst)
 	cfg := sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}
 	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
 		t.Fatal(err)
@@ -735,11 +730,7 @@ func TestMirrorLagSettlesSoonAfterCatchingUp(t *testing.T) {
 	src := sdkClient(t, hz.URL, "")
 	dst := sdkClient(t, sg.URL, "")
 	ctx := t.Context()
-	for _, c := range []*sdk.Client{src, dst} {
-		if _, _, err := c.PutTopic(ctx, "orders", sdk.TopicConfig{Queues: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putOrders(t, 1, src, dst)
 	var batch []sdk.SendMessage
 	for i := range 6 {
 		batch = append(batch, sdk.NewMessage(fmt.Sprint("m", i)))
@@ -747,9 +738,7 @@ func TestMirrorLagSettlesSoonAfterCatchingUp(t *testing.T) {
 	if _, err := src.SendBatch(ctx, "orders", "", batch); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := dst.PutMirror(ctx, "from-hz", sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}); err != nil {
-		t.Fatal(err)
-	}
+	mirrorOrders(t, dst, "from-hz", hz.URL)
 	r, err := mirror.New(sg.b, mirror.Options{Region: "sg", Wait: 20 * time.Second, BatchSize: 2, StatusEvery: time.Hour})
 	if err != nil {
 		t.Fatal(err)
