@@ -587,6 +587,15 @@ func (b *Broker) GetSubscription(topicName, group string) (SubscriptionInfo, err
 
 // ListSubscriptions describes a topic's subscriptions, sorted by group.
 func (b *Broker) ListSubscriptions(topicName string) ([]SubscriptionInfo, error) {
+	return b.listSubscriptions(topicName, true)
+}
+
+// SubscriptionConfigs lists a topic's subscriptions, sorted by group, with
+// their Topic, Group, Config and CreatedAt alone: what a caller that polls
+// for configuration changes (the push workers' reconciler, every second)
+// needs, without the stats' work (lag scans, the consumer list) under
+// each subscription's lock.
+func (b *Broker) SubscriptionConfigs(topicName string) ([]SubscriptionInfo, error) {
 	if err := ValidateName("topic", topicName); err != nil {
 		return nil, err
 	}
@@ -597,13 +606,42 @@ func (b *Broker) ListSubscriptions(topicName string) ([]SubscriptionInfo, error)
 	_, subs := b.subsOf(t)
 	out := make([]SubscriptionInfo, 0, len(subs))
 	for _, s := range subs {
-		out = append(out, s.info())
+		s.lock()
+		out = append(out, SubscriptionInfo{Topic: topicName, Group: s.group, Config: *s.rec,
+			CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC()})
+		s.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
 }
 
-func (s *subscription) info() SubscriptionInfo {
+// listSubscriptions is ListSubscriptions, the consumers listed only when
+// consumers is set.
+func (b *Broker) listSubscriptions(topicName string, consumers bool) ([]SubscriptionInfo, error) {
+	if err := ValidateName("topic", topicName); err != nil {
+		return nil, err
+	}
+	t, err := b.topic(topicName)
+	if err != nil {
+		return nil, err
+	}
+	_, subs := b.subsOf(t)
+	out := make([]SubscriptionInfo, 0, len(subs))
+	for _, s := range subs {
+		out = append(out, s.infoOf(consumers))
+	}
+	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
+}
+
+func (s *subscription) info() SubscriptionInfo { return s.infoOf(true) }
+
+// infoOf describes the subscription, its consumers only when consumers is
+// set: the broker's own periodic readers (alerts, metrics) need the counts
+// alone, and with thousands of consumers (a parked long poll each) the
+// sorted list was megabytes of garbage a call, made holding the lock
+// pulls wait for. Expired consumers are dropped either way.
+func (s *subscription) infoOf(consumers bool) SubscriptionInfo {
 	b := s.b
 	b.mu.RLock()
 	queues := s.topic.queues
@@ -667,13 +705,18 @@ func (s *subscription) info() SubscriptionInfo {
 	for _, c := range s.cursors() {
 		info.Lag += c.nRetry
 	}
-	ids := make([]string, 0, len(s.consumers))
+	var ids []string
+	if consumers {
+		ids = make([]string, 0, len(s.consumers))
+	}
 	for id, c := range s.consumers {
 		if now.Sub(c.lastSeen) > b.opts.ConsumerExpiry {
 			delete(s.consumers, id)
 			continue
 		}
-		ids = append(ids, id)
+		if consumers {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	for _, id := range ids {

@@ -270,3 +270,37 @@ func TestPullAutoCreatesSubscription(t *testing.T) {
 		wantErr(t, err, core.ErrSubscriptionNotFound)
 	})
 }
+
+// SubscriptionConfigs lists what ListSubscriptions does of each
+// subscription's name and configuration, in the same order, without stats.
+func TestSubscriptionConfigs(t *testing.T) {
+	e := newEnv(t, core.Options{})
+	e.putTopic("orders", 2)
+	e.subscribe("orders", "b", core.SubscriptionConfig{Orderly: true})
+	e.subscribe("orders", "a", core.SubscriptionConfig{RetryDelays: []time.Duration{time.Second}})
+	e.send("orders", "m1", "m2")
+	e.pull("orders", "a", core.PullRequest{MaxMessages: 1, ConsumerID: "c1"})
+	full, err := e.b.ListSubscriptions("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.b.SubscriptionConfigs("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(full) {
+		t.Fatalf("%d subscriptions, want %d", len(got), len(full))
+	}
+	for i, s := range got {
+		f := full[i]
+		if s.Topic != f.Topic || s.Group != f.Group || !s.CreatedAt.Equal(f.CreatedAt) || fmt.Sprint(s.Config) != fmt.Sprint(f.Config) {
+			t.Errorf("[%d] = %s/%s %v %+v, want %s/%s %v %+v", i, s.Topic, s.Group, s.CreatedAt, s.Config, f.Topic, f.Group, f.CreatedAt, f.Config)
+		}
+		if s.Lag != 0 || s.Inflight != 0 || s.Consumers != nil {
+			t.Errorf("[%d] has stats: lag %d, inflight %d, consumers %v", i, s.Lag, s.Inflight, s.Consumers)
+		}
+	}
+	if _, err := e.b.SubscriptionConfigs("nope"); !errors.Is(err, core.ErrTopicNotFound) {
+		t.Errorf("unknown topic: %v, want ErrTopicNotFound", err)
+	}
+}

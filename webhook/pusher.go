@@ -171,11 +171,24 @@ func (p *Pusher) reconcileLoop() {
 	}
 }
 
+// configLister is a Broker that lists its subscriptions' configurations
+// without their stats (core.Broker.SubscriptionConfigs): the reconciler
+// needs nothing else, and a subscription's stats are made holding the
+// lock its pulls wait for (with thousands of consumers, a sorted list of
+// them every second).
+type configLister interface {
+	SubscriptionConfigs(topic string) ([]core.SubscriptionInfo, error)
+}
+
 func (p *Pusher) reconcile() {
 	want := map[[2]string]core.PushConfig{}
 	orderly := map[[2]string]bool{}
 	for _, t := range p.b.ListTopics() {
-		subs, err := p.b.ListSubscriptions(t.Name)
+		list := p.b.ListSubscriptions
+		if c, ok := p.b.(configLister); ok {
+			list = c.SubscriptionConfigs
+		}
+		subs, err := list(t.Name)
 		if err != nil {
 			continue
 		}
