@@ -44,7 +44,10 @@ type PusherOptions struct {
 // routing broker implements it too. The methods mean what core.Broker's do.
 type Broker interface {
 	ListTopics() []core.TopicInfo
-	ListSubscriptions(topic string) ([]core.SubscriptionInfo, error)
+	// SubscriptionConfigs lists a topic's subscriptions with their
+	// configuration and no stats: a subscription's stats are made holding
+	// the lock its pulls wait for, and the reconciler asks every second.
+	SubscriptionConfigs(topic string) ([]core.SubscriptionInfo, error)
 	// SetPushState records a subscription's breaker state for its stats.
 	SetPushState(topic, group, state string)
 
@@ -171,24 +174,11 @@ func (p *Pusher) reconcileLoop() {
 	}
 }
 
-// configLister is a Broker that lists its subscriptions' configurations
-// without their stats (core.Broker.SubscriptionConfigs): the reconciler
-// needs nothing else, and a subscription's stats are made holding the
-// lock its pulls wait for (with thousands of consumers, a sorted list of
-// them every second).
-type configLister interface {
-	SubscriptionConfigs(topic string) ([]core.SubscriptionInfo, error)
-}
-
 func (p *Pusher) reconcile() {
 	want := map[[2]string]core.PushConfig{}
 	orderly := map[[2]string]bool{}
 	for _, t := range p.b.ListTopics() {
-		list := p.b.ListSubscriptions
-		if c, ok := p.b.(configLister); ok {
-			list = c.SubscriptionConfigs
-		}
-		subs, err := list(t.Name)
+		subs, err := p.b.SubscriptionConfigs(t.Name)
 		if err != nil {
 			continue
 		}
