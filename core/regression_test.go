@@ -235,6 +235,14 @@ func TestRegressionLagAfterRestart(t *testing.T) {
 		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
 			t.Errorf("lag %d after the filter change, want 1", lag)
 		}
+		// A pull reads on to the end, passing both (they are leased): the
+		// cursor at the end leaves TagB out all the same.
+		if got := e.pull("orders", "g", core.PullRequest{MaxMessages: 10}); len(got) != 0 {
+			t.Fatalf("pulled %d after the filter change, want 0", len(got))
+		}
+		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
+			t.Errorf("lag %d with the cursor at the end after the filter change, want 1", lag)
+		}
 		e.restart()
 		if lag := e.subInfo("orders", "g").Lag; lag != 1 {
 			t.Errorf("lag %d after restart, want 1", lag)

@@ -752,10 +752,9 @@ func (s *subscription) queueLag(q *queue, sq *subQueue) int64 {
 	for o, ok := sq.out.first(sq.acked); ok && o < minOff; o, ok = sq.out.first(o + 1) {
 		lag--
 	}
+	// No early return when the cursor is at the end: outstanding offsets
+	// from before a filter change may still need leaving out.
 	cursor, from := max(sq.next, minOff), max(sq.next, minOff)
-	if maxOff <= cursor {
-		return lag
-	}
 	scanTo := from // no filter: nothing to read
 	if !s.filter.all() {
 		if low := max(sq.acked, minOff); sq.rescanTo > low {
