@@ -54,7 +54,7 @@ func (b *Broker) alertLoop() {
 		}
 		seen := map[[2]string]bool{}
 		for _, t := range b.ListTopics() {
-			subs, _ := b.listSubscriptions(t.Name, false)
+			subs, _ := b.eachSubscription(t.Name, (*subscription).stats)
 			for _, s := range subs {
 				cfg := s.Config.Alerts
 				if cfg == nil {

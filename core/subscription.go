@@ -587,7 +587,7 @@ func (b *Broker) GetSubscription(topicName, group string) (SubscriptionInfo, err
 
 // ListSubscriptions describes a topic's subscriptions, sorted by group.
 func (b *Broker) ListSubscriptions(topicName string) ([]SubscriptionInfo, error) {
-	return b.listSubscriptions(topicName, true)
+	return b.eachSubscription(topicName, (*subscription).info)
 }
 
 // SubscriptionConfigs lists a topic's subscriptions, sorted by group, with
@@ -596,6 +596,17 @@ func (b *Broker) ListSubscriptions(topicName string) ([]SubscriptionInfo, error)
 // needs, without the stats' work (lag scans, the consumer list) under
 // each subscription's lock.
 func (b *Broker) SubscriptionConfigs(topicName string) ([]SubscriptionInfo, error) {
+	return b.eachSubscription(topicName, func(s *subscription) SubscriptionInfo {
+		s.lock()
+		defer s.mu.Unlock()
+		return SubscriptionInfo{Topic: topicName, Group: s.group, Config: *s.rec,
+			CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC()}
+	})
+}
+
+// eachSubscription describes each of a topic's subscriptions with
+// describe, sorted by group.
+func (b *Broker) eachSubscription(topicName string, describe func(*subscription) SubscriptionInfo) ([]SubscriptionInfo, error) {
 	if err := ValidateName("topic", topicName); err != nil {
 		return nil, err
 	}
@@ -606,33 +617,15 @@ func (b *Broker) SubscriptionConfigs(topicName string) ([]SubscriptionInfo, erro
 	_, subs := b.subsOf(t)
 	out := make([]SubscriptionInfo, 0, len(subs))
 	for _, s := range subs {
-		s.lock()
-		out = append(out, SubscriptionInfo{Topic: topicName, Group: s.group, Config: *s.rec,
-			CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC()})
-		s.mu.Unlock()
+		out = append(out, describe(s))
 	}
 	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return strings.Compare(a.Group, b.Group) })
 	return out, nil
 }
 
-// listSubscriptions is ListSubscriptions, the consumers listed only when
-// consumers is set.
-func (b *Broker) listSubscriptions(topicName string, consumers bool) ([]SubscriptionInfo, error) {
-	if err := ValidateName("topic", topicName); err != nil {
-		return nil, err
-	}
-	t, err := b.topic(topicName)
-	if err != nil {
-		return nil, err
-	}
-	_, subs := b.subsOf(t)
-	out := make([]SubscriptionInfo, 0, len(subs))
-	for _, s := range subs {
-		out = append(out, s.infoOf(consumers))
-	}
-	slices.SortFunc(out, func(a, b SubscriptionInfo) int { return strings.Compare(a.Group, b.Group) })
-	return out, nil
-}
+// stats is info without the consumer list: the broker's own periodic
+// readers (alerts, metrics) need the counts alone.
+func (s *subscription) stats() SubscriptionInfo { return s.infoOf(false) }
 
 func (s *subscription) info() SubscriptionInfo { return s.infoOf(true) }
 

@@ -124,7 +124,7 @@ func newTelemetry(b *Broker, tp trace.TracerProvider, mp metric.MeterProvider) (
 			o.ObserveInt64(topicMsgs, ti.Messages, attrs)
 			o.ObserveInt64(topicBytes, ti.Bytes, attrs)
 			o.ObserveInt64(halfMsgs, ti.HalfMessages, attrs)
-			subs, _ := b.listSubscriptions(ti.Name, false)
+			subs, _ := b.eachSubscription(ti.Name, (*subscription).stats)
 			for _, s := range subs {
 				a := metric.WithAttributes(attribute.String("topic", ti.Name), attribute.String("group", s.Group))
 				o.ObserveInt64(lag, s.Lag, a)
