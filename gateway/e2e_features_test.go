@@ -19,11 +19,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	promexporter "go.opentelemetry.io/otel/exporters/prometheus"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
+	"github.com/tidemq/tidemq/internal/promexport"
 	"github.com/tidemq/tidemq/webhook"
 )
 
@@ -678,23 +677,30 @@ func TestE2EPushSubscription(t *testing.T) {
 	wantProblem(t, c.do("POST", pullPath("push", "hook"), map[string]any{}), http.StatusConflict, "subscription_mode_conflict")
 }
 
-func TestE2EMetricsFollowLag(t *testing.T) {
-	t.Parallel()
+// startMeteredServer starts a server whose /metrics serves the broker's
+// and the gateway's metrics through the meter provider the broker process
+// uses (internal/promexport).
+func startMeteredServer(t *testing.T) *testServer {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	exporter, err := promexporter.New(promexporter.WithRegisterer(reg))
+	mp, err := promexport.MeterProvider(func(string) string { return "" }, reg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
 	t.Cleanup(func() {
 		if err := mp.Shutdown(context.Background()); err != nil {
 			t.Errorf("meter provider Shutdown: %v", err)
 		}
 	})
-	c := startServer(t, serverConfig{
+	return startServer(t, serverConfig{
 		core:    core.Options{MeterProvider: mp},
 		gateway: gateway.Options{MeterProvider: mp, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})},
-	}).client(t)
+	})
+}
+
+func TestE2EMetricsFollowLag(t *testing.T) {
+	t.Parallel()
+	c := startMeteredServer(t).client(t)
 	c.createTopic("metered", 2)
 	subscribe(c, "metered", "g")
 

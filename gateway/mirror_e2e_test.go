@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -16,12 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/tidemq/tidemq/core"
 	"github.com/tidemq/tidemq/gateway"
-	"github.com/tidemq/tidemq/internal/promexport"
 	"github.com/tidemq/tidemq/mirror"
 	"github.com/tidemq/tidemq/sdk"
 )
@@ -405,20 +400,7 @@ func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
 // (tidemq_mirror_lag, tidemq_mirror_copied_total, tidemq_mirror_failing),
 // through the meter provider the broker process uses.
 func TestMirrorMetricsNamedAsDocumented(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	mp, err := promexport.MeterProvider(func(string) string { return "" }, reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := mp.Shutdown(context.Background()); err != nil {
-			t.Errorf("meter provider Shutdown: %v", err)
-		}
-	})
-	ts := startServer(t, serverConfig{
-		core:    core.Options{MeterProvider: mp},
-		gateway: gateway.Options{MeterProvider: mp, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{})},
-	})
+	ts := startMeteredServer(t)
 	c := ts.client(t)
 	c.createTopic("orders", 1)
 	wantStatus(t, c.do("PUT", "/v1/mirrors/from-hz", map[string]any{"source": map[string]any{"url": "http://127.0.0.1:1", "topic": "orders"}, "topic": "orders"}), http.StatusCreated)
