@@ -40,8 +40,9 @@ type PusherOptions struct {
 }
 
 // Broker is what the Pusher drives: the few operations of *core.Broker it
-// calls to find push subscriptions and deliver their messages. A cluster's
-// routing broker implements it too. The methods mean what core.Broker's do.
+// calls to find push subscriptions and deliver their messages (a cluster
+// node runs its pusher over the broker it builds when it leads). The
+// methods mean what core.Broker's do.
 type Broker interface {
 	ListTopics() []core.TopicInfo
 	// SubscriptionConfigs lists a topic's subscriptions with their
