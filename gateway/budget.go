@@ -7,10 +7,11 @@ import (
 	"sync/atomic"
 )
 
-// DefaultBodyBudgetBytes is the default Options.BodyBudgetBytes. A body
-// becomes garbage once answered, and the broker's collector (internal/gctune)
-// lets the heap grow to about five times what is live: 48 MiB of bodies
-// (three 16 MiB requests) keeps a flooded broker under 512 MiB of RSS.
+// DefaultBodyBudgetBytes is the default Options.BodyBudgetBytes: three 16
+// MiB requests at once. With their decoded messages and store batches that
+// is ~90 MB live, which the broker's collector (internal/gctune) keeps
+// under a 224 MiB heap: a flooded broker stays under 512 MiB of RSS
+// (docs/ARCHITECTURE.md, "Memory").
 const DefaultBodyBudgetBytes = 48 << 20
 
 // bodyBudget bounds the request-body bytes held by requests in flight, so

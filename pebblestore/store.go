@@ -77,11 +77,15 @@ func Open(dir string, opts Options) (*Store, error) {
 	cache := pebble.NewCache(opts.CacheBytes)
 	defer cache.Unref()
 	po := &pebble.Options{
-		FS:                          opts.FS,
-		Cache:                       cache,
-		FormatMajorVersion:          pebble.FormatValueSeparation, // blob files (below)
-		MemTableSize:                opts.MemTableBytes,
-		MemTableStopWritesThreshold: 4,
+		FS:                 opts.FS,
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatValueSeparation, // blob files (below)
+		MemTableSize:       opts.MemTableBytes,
+		// At most two memtables, the one filling and the one flushing:
+		// under a flood of large batches four of them (256 MiB outside
+		// the Go heap) took a flooded broker past 512 MiB, and sustained
+		// batch sends were no slower with two (docs/BENCHMARKS.md).
+		MemTableStopWritesThreshold: 2,
 		// Every flush holds keys of every prefix (log, queue index, id
 		// index, history, watermarks), so its L0 file overlaps all of Lbase
 		// and an L0 compaction rewrites the whole base level: a small base
