@@ -93,10 +93,10 @@ func (t *tuner) adjust() {
 // 100 (Go's pacer), is target, within [MinGCPercent, MaxGCPercent].
 // Steps of 25 keep it from changing at every collection.
 func gcPercentFor(target, live, scannable uint64) int {
-	if live >= target || scannable == 0 {
-		if live >= target {
-			return MinGCPercent
-		}
+	switch {
+	case live >= target:
+		return MinGCPercent
+	case scannable == 0:
 		return MaxGCPercent
 	}
 	p := (target - live) * 100 / scannable
