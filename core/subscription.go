@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -599,9 +600,15 @@ func (b *Broker) SubscriptionConfigs(topicName string) ([]SubscriptionInfo, erro
 	return b.eachSubscription(topicName, func(s *subscription) SubscriptionInfo {
 		s.lock()
 		defer s.mu.Unlock()
-		return SubscriptionInfo{Topic: topicName, Group: s.group, Config: *s.rec,
-			CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC()}
+		return s.configInfo(topicName)
 	})
+}
+
+// configInfo is the subscription's name and configuration, the part of
+// SubscriptionInfo every listing has. The caller holds s.mu.
+func (s *subscription) configInfo(topicName string) SubscriptionInfo {
+	return SubscriptionInfo{Topic: topicName, Group: s.group, Config: *s.rec,
+		CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC()}
 }
 
 // eachSubscription describes each of a topic's subscriptions with
@@ -630,10 +637,9 @@ func (s *subscription) stats() SubscriptionInfo { return s.infoOf(false) }
 func (s *subscription) info() SubscriptionInfo { return s.infoOf(true) }
 
 // infoOf describes the subscription, its consumers only when consumers is
-// set: the broker's own periodic readers (alerts, metrics) need the counts
-// alone, and with thousands of consumers (a parked long poll each) the
-// sorted list was megabytes of garbage a call, made holding the lock
-// pulls wait for. Expired consumers are dropped either way.
+// set: with thousands of consumers (a parked long poll each) the sorted
+// list is megabytes a call, made holding the lock pulls wait for. Expired
+// consumers are dropped either way.
 func (s *subscription) infoOf(consumers bool) SubscriptionInfo {
 	b := s.b
 	b.mu.RLock()
@@ -643,12 +649,9 @@ func (s *subscription) infoOf(consumers bool) SubscriptionInfo {
 	now := b.now()
 	s.lock()
 	defer s.mu.Unlock()
-	info := SubscriptionInfo{
-		Topic: topicName, Group: s.group, Config: *s.rec,
-		CreatedAt: time.UnixMilli(s.rec.CreatedAtMs).UTC(),
-		Queues:    make([]SubQueueStat, len(queues)),
-		DLQ:       s.nDead,
-	}
+	info := s.configInfo(topicName)
+	info.Queues = make([]SubQueueStat, len(queues))
+	info.DLQ = s.nDead
 	if s.rec.Push != nil {
 		info.PushState = s.pushState
 		if info.PushState == "" {
@@ -698,21 +701,15 @@ func (s *subscription) infoOf(consumers bool) SubscriptionInfo {
 	for _, c := range s.cursors() {
 		info.Lag += c.nRetry
 	}
-	var ids []string
-	if consumers {
-		ids = make([]string, 0, len(s.consumers))
-	}
 	for id, c := range s.consumers {
 		if now.Sub(c.lastSeen) > b.opts.ConsumerExpiry {
 			delete(s.consumers, id)
-			continue
-		}
-		if consumers {
-			ids = append(ids, id)
 		}
 	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	if !consumers {
+		return info
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.consumers)) {
 		c := s.consumers[id]
 		qs := make([]int, 0, len(c.queues))
 		for q := range c.queues {
