@@ -75,6 +75,17 @@ func putOrders(t *testing.T, queues int, clients ...*sdk.Client) {
 	}
 }
 
+// twoRegions starts hz, the source region (with its mirror runner), beside
+// sg, with an SDK client for each (src on hz, dst on sg) and the topic
+// orders on both.
+func twoRegions(t *testing.T, queues int, sg *testServer) (hz *testServer, src, dst *sdk.Client) {
+	t.Helper()
+	hz = startRegion(t, "hz")
+	src, dst = sdkClient(t, hz.URL, ""), sdkClient(t, sg.URL, "")
+	putOrders(t, queues, src, dst)
+	return hz, src, dst
+}
+
 // mirrorOrders defines on dst the mirror name, which copies the topic
 // orders of the broker at srcURL into dst's orders.
 func mirrorOrders(t *testing.T, dst *sdk.Client, name, srcURL string) {
@@ -341,12 +352,9 @@ func TestMirrorCopiesKeepsFieldsAndRecovers(t *testing.T) {
 // Two mirrors, hz → sg and sg → hz: every message ends up once in each
 // region, none ping-pongs.
 func TestMirrorsBothWaysDoNotLoop(t *testing.T) {
-	hz := startRegion(t, "hz")
 	sg := startRegion(t, "sg")
-	a := sdkClient(t, hz.URL, "")
-	b := sdkClient(t, sg.URL, "")
+	hz, a, b := twoRegions(t, 2, sg)
 	ctx := t.Context()
-	putOrders(t, 2, a, b)
 	mirrorOrders(t, b, "from-hz", hz.URL)
 	mirrorOrders(t, a, "from-sg", sg.URL)
 	for i := range 10 {
@@ -433,12 +441,9 @@ func grepLines(s, prefix string) string {
 // before, with its bornAt; a copy's traceparent is in the source
 // message's trace.
 func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
-	hz := startRegion(t, "hz")
 	sg := startRegion(t, "sg")
-	src := sdkClient(t, hz.URL, "")
-	dst := sdkClient(t, sg.URL, "")
+	hz, src, dst := twoRegions(t, 2, sg)
 	ctx := t.Context()
-	putOrders(t, 2, src, dst)
 	mirrorOrders(t, dst, "from-hz", hz.URL)
 	const trace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	c := hz.client(t)
@@ -503,12 +508,9 @@ func TestMirrorDelayedCopyKeepsDueTimeAndTrace(t *testing.T) {
 // failing with the error, and the message unacked at the source: a batch
 // is acked there only once stored here.
 func TestMirrorRefusedCopyIsNotAcked(t *testing.T) {
-	hz := startRegion(t, "hz")
 	sg := startRegion(t, "sg", core.Options{MaxMessageBytes: 1024})
-	src := sdkClient(t, hz.URL, "")
-	dst := sdkClient(t, sg.URL, "")
+	hz, src, dst := twoRegions(t, 1, sg)
 	ctx := t.Context()
-	putOrders(t, 1, src, dst)
 	if _, err := src.Send(ctx, "orders", "", sdk.NewMessage("small")); err != nil {
 		t.Fatal(err)
 	}
@@ -646,12 +648,9 @@ func TestMirrorOverSlowLossyNetwork(t *testing.T) {
 // and then; here once an hour) stores nothing, and leaves the batch unacked
 // at the source; once resumed, the same copier stores it.
 func TestMirrorPauseHoldsAtOnce(t *testing.T) {
-	hz := startRegion(t, "hz")
 	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
-	src := sdkClient(t, hz.URL, "")
-	dst := sdkClient(t, sg.URL, "")
+	hz, src, dst := twoRegions(t, 1, sg)
 	ctx := t.Context()
-	putOrders(t, 1, src, dst)
 	cfg := sdk.MirrorConfig{Source: sdk.MirrorSource{URL: hz.URL, Topic: "orders"}, Topic: "orders"}
 	if _, _, err := dst.PutMirror(ctx, "from-hz", cfg); err != nil {
 		t.Fatal(err)
@@ -707,12 +706,9 @@ func TestMirrorPauseHoldsAtOnce(t *testing.T) {
 // its next long poll ends empty (20 s later): here every batch is full,
 // so no short batch says the source ran out.
 func TestMirrorLagSettlesSoonAfterCatchingUp(t *testing.T) {
-	hz := startRegion(t, "hz")
 	sg := startServer(t, serverConfig{gateway: gateway.Options{Region: "sg"}})
-	src := sdkClient(t, hz.URL, "")
-	dst := sdkClient(t, sg.URL, "")
+	hz, src, dst := twoRegions(t, 1, sg)
 	ctx := t.Context()
-	putOrders(t, 1, src, dst)
 	var batch []sdk.SendMessage
 	for i := range 6 {
 		batch = append(batch, sdk.NewMessage(fmt.Sprint("m", i)))
