@@ -102,7 +102,7 @@ type config struct {
 func parseFlags(args []string) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("tidemq-load", flag.ContinueOnError)
-	fs.StringVar(&c.url, "url", "", "base URL of a running broker (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&c.url, "url", "", "base URL of a running broker (e.g. http://127.0.0.1:8080); for one scenario, several comma-separated (a cluster's nodes) spread the producers and consumers over them round-robin")
 	fs.BoolVar(&c.inprocess, "inprocess", false, "start a broker in this process (fresh temp data dir, fsync on) instead of -url")
 	fs.BoolVar(&c.brokerProcess, "broker-process", false, "with -suite targets, instead of -inprocess: run each broker phase's broker as a child process (-broker-bin, or built from ./cmd/tidemq), and report its CPU and this process's apart")
 	fs.StringVar(&c.token, "token", os.Getenv("TIDEMQ_TOKEN"), "bearer token (TIDEMQ_TOKEN)")
@@ -231,6 +231,9 @@ func parseFlags(args []string) (config, error) {
 		}
 	case c.inprocess == (c.url != ""):
 		errs = append(errs, errors.New("give exactly one of -url and -inprocess"))
+	}
+	if c.suite != "" && strings.Contains(c.url, ",") {
+		errs = append(errs, errors.New("-suite takes one -url: several, comma-separated, go with one scenario"))
 	}
 	if c.suite != "" && c.suite != "targets" && c.suite != "backlog" && c.suite != "cluster" && c.suite != "mirror" {
 		errs = append(errs, fmt.Errorf("-suite %q: targets, backlog, cluster or mirror", c.suite))
@@ -383,6 +386,9 @@ func runScenario(ctx context.Context, c config, log *slog.Logger, progress, stdo
 	}
 	sc := c.sc
 	sc.URL = url
+	if urls := strings.Split(url, ","); len(urls) > 1 {
+		sc.URL, sc.URLs = urls[0], urls
+	}
 	sc.Client = loadtest.NewClient(sc.Producers.Count+2*sc.Consumers.Count+4, c.gzip)
 	if c.warmup > 0 {
 		w := sc
