@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -221,6 +222,52 @@ func memberCluster(t *testing.T) (c *nemCluster, addNode func(id string) *nemNod
 	return c, addNode
 }
 
+// checkForwardedReply reads a message through a follower: the reply is the
+// leader's as it sent it, compressed only when the caller asked (a
+// forwarder that asked for gzip itself would have the leader compress and
+// itself decompress every reply, and answer without its length).
+func checkForwardedReply(ctx context.Context, t *testing.T, c *nemCluster, leader *nemNode) {
+	t.Helper()
+	var sent nemSendResult
+	body := strings.Repeat("forwarded reply ", 128)
+	if status, _, err := nemCall(ctx, c.hc, "POST", leader.base+"/v1/topics/"+memberTopic+"/messages", map[string]any{"body": body}, &sent, nil); status != http.StatusCreated {
+		t.Fatalf("send through the leader: %d %v", status, err)
+	}
+	hc := &http.Client{Timeout: 8 * time.Second, Transport: &http.Transport{DisableCompression: true}}
+	defer hc.CloseIdleConnections()
+	via := c.follower(leader, "")
+	for _, gzipped := range []bool{false, true} {
+		req, err := http.NewRequestWithContext(ctx, "GET", via.base+"/v1/topics/"+memberTopic+"/messages/"+sent.MessageID, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gzipped {
+			req.Header.Set("Accept-Encoding", "gzip")
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET the message through follower %s (gzip %v): %d %v", via.id, gzipped, resp.StatusCode, err)
+		}
+		enc := resp.Header.Get("Content-Encoding")
+		switch {
+		case gzipped && enc != "gzip":
+			t.Errorf("asked for gzip through a follower: Content-Encoding %q", enc)
+		case !gzipped && enc != "":
+			t.Errorf("asked for no encoding through a follower: Content-Encoding %q", enc)
+		case !gzipped && !strings.Contains(string(data), body):
+			t.Errorf("the reply through a follower does not hold the body: %.200s", data)
+		}
+		if resp.ContentLength != int64(len(data)) {
+			t.Errorf("reply through a follower (gzip %v): Content-Length %d for %d bytes: not the leader's reply as sent", gzipped, resp.ContentLength, len(data))
+		}
+	}
+}
+
 // clusterAddrOf is the --cluster-addr nd was started with.
 func clusterAddrOf(nd *nemNode) string {
 	i := slices.Index(nd.args, "--cluster-addr")
@@ -251,6 +298,7 @@ func TestClusterMembership(t *testing.T) {
 	s := &memberSends{c: c}
 	leader := c.leader(ctx)
 	s.sendAcked(ctx, 10)
+	checkForwardedReply(ctx, t, c, leader)
 
 	// Add n4 through a follower: it joins as a non-voter (or, promoted
 	// already, a voter).

@@ -45,6 +45,11 @@ func (c *Cluster) Handler(local http.Handler) http.Handler {
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 512,
 			IdleConnTimeout:     90 * time.Second,
+			// The caller's Accept-Encoding goes to the leader as it is, and
+			// the leader's reply comes back as it is: a transport asking for
+			// gzip on its own would have the leader compress every reply and
+			// this node decompress it.
+			DisableCompression: true,
 		},
 		// A redirect is the client's to follow, not the forwarder's.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
