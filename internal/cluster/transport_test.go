@@ -470,6 +470,9 @@ func TestLayerMutualTLSRefused(t *testing.T) {
 			t.Fatal("info succeeded")
 		}
 		waitFor(t, 10*time.Second, "the server to refuse", func() bool { return srv.refused.Load() == 2 })
+		// A refusal is counted before it is reported: the second one's line
+		// may still be on its way.
+		waitFor(t, 10*time.Second, "both refusals reported", func() bool { return strings.Count(logs.String(), "refused connection") == 2 })
 		if out := logs.String(); strings.Count(out, "unknown authority") != 2 {
 			t.Fatalf("want both refusals for the certificate's authority, got:\n%s", out)
 		}
