@@ -417,3 +417,57 @@ func downPastTruncation(t *testing.T, sends int) (nodes []*testNode, leader, dow
 		acked++
 	}
 }
+
+// A request a follower forwarded to the leader is abandoned once another
+// node leads (a paused or cut-off old leader would hold it), and not
+// before: through the changes in between (no leader while the group
+// elects), and not after the request ended.
+func TestForwardedRequestAbandonedOnNewLeader(t *testing.T) {
+	nodes := startGroup(t, 3)
+	old := leaderAmong(t, nodes...)
+	var follower *testNode
+	for _, nd := range nodes {
+		if nd != old {
+			follower = nd
+			break
+		}
+	}
+	wrong, stopWrong := follower.c.AbandonOnNewLeader(t.Context(), "elsewhere")
+	defer stopWrong()
+	select {
+	case <-wrong.Done():
+		if cause := context.Cause(wrong); !errors.Is(cause, cluster.ErrLeaderChanged) {
+			t.Errorf("a request forwarded to a node that does not lead: cause %v, want the leader change", cause)
+		}
+	case <-time.After(time.Second):
+		t.Error("a request forwarded to a node that does not lead was not abandoned within 1 s")
+	}
+	watched, stopWatched := follower.c.AbandonOnNewLeader(t.Context(), old.id)
+	defer stopWatched()
+	ended, stopEnded := follower.c.AbandonOnNewLeader(t.Context(), old.id)
+	stopEnded()
+	if err := watched.Err(); err != nil {
+		t.Fatalf("abandoned while its leader still leads: %v", context.Cause(watched))
+	}
+	isolate(old, nodes)
+	select {
+	case <-watched.Done():
+		if cause := context.Cause(watched); !errors.Is(cause, cluster.ErrLeaderChanged) {
+			t.Errorf("abandoned with cause %v, want the leader change", cause)
+		}
+		var rest []*testNode
+		for _, nd := range nodes {
+			if nd != old {
+				rest = append(rest, nd)
+			}
+		}
+		if next := leaderAmong(t, rest...); next == old {
+			t.Error("the isolated node still serves")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request forwarded to the old leader was not abandoned within 10 s of its isolation")
+	}
+	if cause := context.Cause(ended); errors.Is(cause, cluster.ErrLeaderChanged) {
+		t.Error("a request that had ended was abandoned again on the leader change")
+	}
+}
