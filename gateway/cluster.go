@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 
@@ -93,6 +94,16 @@ var (
 // noLeaderRetryAfter is the Retry-After of a no_leader reply, in seconds:
 // an election takes about a second, far less than a not_ready restart.
 const noLeaderRetryAfter = "1"
+
+// WriteTooManyForwardedPolls writes the 429 too_many_requests problem with
+// Retry-After: 1 of a pull a cluster node could not forward in time: the
+// connections it holds to the leader for pulls (limit) are all taken by
+// parked polls.
+func WriteTooManyForwardedPolls(w http.ResponseWriter, limit int) {
+	w.Header().Set("Retry-After", noLeaderRetryAfter)
+	writeProblem(w, problemOf(problemKind{http.StatusTooManyRequests, "too_many_requests", "Too many requests"},
+		fmt.Sprintf("this node forwards at most %d pulls to the leader at once, and as many are parked there; retry after Retry-After seconds, or ask the leader or another node", limit)))
+}
 
 // WriteNoLeader writes the 503 no_leader problem with Retry-After: 1, the
 // answer to a request for a group that has no leader (SPEC §7.2).

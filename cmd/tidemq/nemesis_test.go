@@ -160,8 +160,9 @@ func freeSharedPort(t *testing.T, ips []string, not ...int) int {
 }
 
 // newNemCluster starts n nodes: node i on 127.0.0.i, every node on the
-// same HTTP port and the same cluster port. One node gets no cluster flags.
-func newNemCluster(t *testing.T, n int) *nemCluster {
+// same HTTP port and the same cluster port, each with extra flags. One
+// node gets no cluster flags.
+func newNemCluster(t *testing.T, n int, extra ...string) *nemCluster {
 	t.Helper()
 	dir := t.TempDir()
 	var ips []string
@@ -198,6 +199,7 @@ func newNemCluster(t *testing.T, n int) *nemCluster {
 				// a node killed and restarted may have to catch up from one.
 				"--raft-snapshot-threshold", "256", "--raft-trailing-logs", "64", "--raft-snapshot-interval", "500ms")
 		}
+		nd.args = append(nd.args, extra...)
 		c.nodes = append(c.nodes, nd)
 	}
 	// All first, then wait: a node alone has no majority to be ready with.

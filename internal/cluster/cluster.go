@@ -83,6 +83,13 @@ type Config struct {
 	SnapshotThreshold, TrailingLogs uint64
 	SnapshotInterval                time.Duration // how often raft checks the threshold (default 5 s)
 
+	// MaxForwardedPolls caps the connections this node holds to the leader
+	// for the pulls it forwards (0: no cap). A long poll holds its
+	// connection for its whole wait, and each counts against the leader's
+	// client connections: uncapped, polls parked through the followers
+	// could take them all and stall every other request.
+	MaxForwardedPolls int
+
 	// MeterProvider gets the raft metrics (metrics.go); nil drops them.
 	MeterProvider metric.MeterProvider
 

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -39,11 +40,32 @@ const (
 // every node answers for itself (console, health, metrics, /v1/cluster)
 // is served by local.
 func (c *Cluster) Handler(local http.Handler) http.Handler {
-	client := &http.Client{
+	client, polls := forwardClient(0), forwardClient(0)
+	if c.cfg.MaxForwardedPolls > 0 {
+		polls = forwardClient(c.cfg.MaxForwardedPolls)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !needsLeader(r) {
+			local.ServeHTTP(w, r)
+			return
+		}
+		if isPoll(r) {
+			c.serveLeader(w, r, local, polls, c.cfg.MaxForwardedPolls)
+			return
+		}
+		c.serveLeader(w, r, local, client, 0)
+	})
+}
+
+// forwardClient is an HTTP client to the leader holding at most maxConns
+// connections to it (0: no limit); a request past them waits for one.
+func forwardClient(maxConns int) *http.Client {
+	return &http.Client{
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 512,
+			MaxConnsPerHost:     maxConns,
 			IdleConnTimeout:     90 * time.Second,
 			// The caller's Accept-Encoding goes to the leader as it is, and
 			// the leader's reply comes back as it is: a transport asking for
@@ -54,13 +76,12 @@ func (c *Cluster) Handler(local http.Handler) http.Handler {
 		// A redirect is the client's to follow, not the forwarder's.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !needsLeader(r) {
-			local.ServeHTTP(w, r)
-			return
-		}
-		c.serveLeader(w, r, local, client)
-	})
+}
+
+// isPoll reports whether r is a pull: a long poll holds its connection to
+// the leader for up to its waitSeconds.
+func isPoll(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/pull")
 }
 
 // needsLeader reports whether r is answered by the group's leader: every
@@ -73,7 +94,10 @@ func needsLeader(r *http.Request) bool {
 	return !(p == "/v1/cluster" && r.Method == http.MethodGet)
 }
 
-func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client) {
+// serveLeader serves r here or at the leader. A pull through a client
+// holding at most pollConns connections (0: no limit) waits for one at
+// most its waitSeconds (at least a second), then is refused with 429.
+func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client, pollConns int) {
 	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/cluster/members/") {
 		// A leader removing itself asks its successor with the caller's
 		// credentials (removeSelf).
@@ -108,12 +132,12 @@ func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http
 				if len(b) > maxBufferedBody {
 					// Too large to keep: forwarded once, whatever comes of it.
 					r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body))
-					c.forward(w, r, client, addr, leader, nil, false)
+					c.forward(w, r, client, addr, leader, nil, false, 0)
 					return
 				}
 				body, buffered = b, true
 			}
-			if c.forward(w, r, client, addr, leader, body, buffered) {
+			if c.forward(w, r, client, addr, leader, body, buffered, pollConns) {
 				return
 			}
 		}
@@ -181,6 +205,40 @@ func (c *Cluster) abandonOnNewLeader(ctx context.Context, leader string) (_ cont
 	}
 }
 
+// errNoPollConn ends a pull that waited out its time for a connection to
+// the leader.
+var errNoPollConn = errors.New("cluster: no connection to the leader free for a pull in time")
+
+// pollWait is how long a pull waits for a connection to the leader: its
+// waitSeconds, at least a second. A body that does not decode gets the
+// second, and the leader's answer to it.
+func pollWait(body []byte) time.Duration {
+	var req struct {
+		WaitSeconds int `json:"waitSeconds"`
+	}
+	_ = json.Unmarshal(body, &req)
+	return max(time.Duration(req.WaitSeconds)*time.Second, time.Second)
+}
+
+// waitForPollConn cancels ctx with errNoPollConn unless the request got
+// a connection within wait (trace's GotConn, which it sets); a request
+// that got one in time is never cancelled by it.
+func waitForPollConn(ctx context.Context, trace *httptrace.ClientTrace, wait time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	const waiting, connected, timedOut = 0, 1, 2
+	var state atomic.Int32
+	trace.GotConn = func(httptrace.GotConnInfo) { state.CompareAndSwap(waiting, connected) }
+	t := time.AfterFunc(wait, func() {
+		if state.CompareAndSwap(waiting, timedOut) {
+			cancel(errNoPollConn)
+		}
+	})
+	return ctx, func() {
+		t.Stop()
+		cancel(nil)
+	}
+}
+
 // hopHeaders are the connection's own, not the request's (RFC 9110 §7.6.1).
 var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
@@ -189,11 +247,16 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 // reports false, having written nothing, when the leader could not have
 // acted on it (it was not reached, or answered that it does not lead) and
 // the body can be sent again.
-func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr, leader string, body []byte, retry bool) bool {
+func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr, leader string, body []byte, retry bool, pollConns int) bool {
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }}
 	ctx, stop := c.abandonOnNewLeader(r.Context(), leader)
 	defer stop()
+	if pollConns > 0 {
+		var stopWait func()
+		ctx, stopWait = waitForPollConn(ctx, trace, pollWait(body))
+		defer stopWait()
+	}
 	ctx = httptrace.WithClientTrace(ctx, trace)
 	var rb io.Reader = http.NoBody
 	switch {
@@ -227,6 +290,10 @@ func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.C
 	if err != nil {
 		if r.Context().Err() != nil {
 			return true // the caller went away
+		}
+		if errors.Is(context.Cause(ctx), errNoPollConn) {
+			gateway.WriteTooManyForwardedPolls(w, pollConns)
+			return true
 		}
 		if retry && !wrote.Load() {
 			return false

@@ -204,6 +204,10 @@ func (n *Node) startCluster(cfg Config, httpAddr string, opts core.Options) (*cl
 		HTTPAdvertise: httpAddr, Peers: peers, Security: cfg.clusterSecurity(), Dir: cfg.Data,
 		Store: n.store, Logger: n.log, HeartbeatTimeout: cfg.RaftHeartbeat, MeterProvider: n.tel.meterProvider,
 		SnapshotThreshold: cfg.RaftSnapshotThreshold, TrailingLogs: cfg.RaftTrailingLogs, SnapshotInterval: cfg.RaftSnapshotInterval,
+		// The followers' polls take at most a quarter of a 3-node leader's
+		// connections (half of a 5-node one's), if it has as many as this
+		// node: the rest stay for its clients and the other forwarded requests.
+		MaxForwardedPolls: max(1, cfg.MaxConnections/8),
 		Lead: func(p core.Proposer, receiptKey []byte) (*core.Broker, func() error, error) {
 			o := opts
 			o.Proposer, o.ReceiptKey = p, receiptKey

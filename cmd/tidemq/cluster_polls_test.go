@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Long polls parked through the followers leave the leader room for its
+// other clients: each follower holds at most an eighth of its
+// --max-connections (here 5) for the pulls it forwards; a pull that waits
+// out its waitSeconds for one is refused with 429 and Retry-After.
+// Uncapped, the 50 polls below took all 40 of the leader's connections,
+// and a send on a new connection waited in its listen backlog.
+func TestClusterPollsThroughFollowersLeaveLeaderRoom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three broker processes")
+	}
+	if !binaryHasFlag(t, "node-id") {
+		t.Skip("tidemq has no --node-id flag: no cluster to test")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	c := newNemCluster(t, 3, "--max-connections", "40")
+	leader := c.leader(ctx)
+	for _, path := range []string{"/v1/topics/polls", "/v1/topics/polls/subscriptions/g"} {
+		if status, code, err := nemCall(ctx, c.hc, "PUT", leader.base+path, map[string]any{}, nil, nil); status != http.StatusCreated && status != http.StatusOK {
+			t.Fatalf("PUT %s: %d %s %v", path, status, code, err)
+		}
+	}
+	follower := c.follower(leader, "")
+
+	const pollsPerFollower, capPerFollower = 25, 40 / 8
+	pollClient := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 2 * pollsPerFollower}}
+	defer pollClient.CloseIdleConnections()
+	type answer struct {
+		status     int
+		retryAfter string
+		err        error
+	}
+	pull := func(nd *nemNode, wait int) answer {
+		req, err := http.NewRequestWithContext(ctx, "POST", nd.base+"/v1/topics/polls/subscriptions/g/pull",
+			strings.NewReader(fmt.Sprintf(`{"maxMessages":1,"waitSeconds":%d}`, wait)))
+		if err != nil {
+			return answer{err: err}
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := pollClient.Do(req)
+		if err != nil {
+			return answer{err: err}
+		}
+		resp.Body.Close()
+		return answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+	}
+	var wg sync.WaitGroup
+	answers := make(chan answer, 2*pollsPerFollower)
+	for _, nd := range c.nodes {
+		if nd == leader {
+			continue
+		}
+		for range pollsPerFollower {
+			wg.Go(func() { answers <- pull(nd, 5) })
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // the polls park
+
+	// On connections of their own: the leader still accepts new ones.
+	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, nd := range []*nemNode{leader, follower} {
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		start := time.Now()
+		status, code, err := nemCall(sctx, fresh, "POST", nd.base+"/v1/topics/polls/messages", map[string]any{"body": "aGk="}, nil, nil)
+		scancel()
+		if status != http.StatusCreated {
+			t.Fatalf("send to %s (leader %s) with %d polls parked through the followers: %d %s %v after %v, want 201",
+				nd.id, leader.id, 2*pollsPerFollower, status, code, err, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	// A pull finding the follower's connections taken waits its
+	// waitSeconds for one, then is refused.
+	start := time.Now()
+	if a := pull(follower, 1); a.status != http.StatusTooManyRequests || a.retryAfter == "" {
+		t.Errorf("a pull through %s with its pull connections parked: %d Retry-After %q %v, want 429 with Retry-After", follower.id, a.status, a.retryAfter, a.err)
+	} else if took := time.Since(start); took < time.Second || took > 4*time.Second {
+		t.Errorf("the refused pull was answered after %v, want its waitSeconds (1 s)", took)
+	}
+
+	wg.Wait()
+	close(answers)
+	served, refused := 0, 0
+	for a := range answers {
+		switch {
+		case a.status == http.StatusOK:
+			served++
+		case a.status == http.StatusTooManyRequests && a.retryAfter != "":
+			refused++
+		default:
+			t.Errorf("a parked poll answered %d (Retry-After %q) %v, want 200, or 429 with Retry-After", a.status, a.retryAfter, a.err)
+		}
+	}
+	t.Logf("parked polls through the followers: %d answered 200, %d refused with 429", served, refused)
+	if served < 2*capPerFollower {
+		t.Errorf("%d polls answered 200, want at least the %d the followers could forward at once", served, 2*capPerFollower)
+	}
+}
