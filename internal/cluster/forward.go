@@ -3,7 +3,6 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -96,7 +95,7 @@ func needsLeader(r *http.Request) bool {
 
 // serveLeader serves r here or at the leader. A pull through a client
 // holding at most pollConns connections (0: no limit) waits for one at
-// most its waitSeconds (at least a second), then is refused with 429.
+// most pollConnWait, then is refused with 429.
 func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client, pollConns int) {
 	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/cluster/members/") {
 		// A leader removing itself asks its successor with the caller's
@@ -205,20 +204,14 @@ func (c *Cluster) abandonOnNewLeader(ctx context.Context, leader string) (_ cont
 	}
 }
 
-// errNoPollConn ends a pull that waited out its time for a connection to
-// the leader.
+// errNoPollConn ends a pull that waited out pollConnWait for a connection
+// to the leader.
 var errNoPollConn = errors.New("cluster: no connection to the leader free for a pull in time")
 
-// pollWait is how long a pull waits for a connection to the leader: its
-// waitSeconds, at least a second. A body that does not decode gets the
-// second, and the leader's answer to it.
-func pollWait(body []byte) time.Duration {
-	var req struct {
-		WaitSeconds int `json:"waitSeconds"`
-	}
-	_ = json.Unmarshal(body, &req)
-	return max(time.Duration(req.WaitSeconds)*time.Second, time.Second)
-}
+// pollConnWait is how long a pull waits for a connection to the leader
+// before it is refused. Short: the wait comes on top of the pull's own
+// waitSeconds at the leader, and consumers time their pulls by that.
+const pollConnWait = time.Second
 
 // waitForPollConn cancels ctx with errNoPollConn unless the request got
 // a connection within wait (trace's GotConn, which it sets); a request
@@ -254,7 +247,7 @@ func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.C
 	defer stop()
 	if pollConns > 0 {
 		var stopWait func()
-		ctx, stopWait = waitForPollConn(ctx, trace, pollWait(body))
+		ctx, stopWait = waitForPollConn(ctx, trace, pollConnWait)
 		defer stopWait()
 	}
 	ctx = httptrace.WithClientTrace(ctx, trace)
