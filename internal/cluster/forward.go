@@ -39,10 +39,7 @@ const (
 // every node answers for itself (console, health, metrics, /v1/cluster)
 // is served by local.
 func (c *Cluster) Handler(local http.Handler) http.Handler {
-	client, polls := forwardClient(0), forwardClient(0)
-	if c.cfg.MaxForwardedPolls > 0 {
-		polls = forwardClient(c.cfg.MaxForwardedPolls)
-	}
+	client, polls := forwardClient(0), forwardClient(c.cfg.MaxForwardedPolls)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !needsLeader(r) {
 			local.ServeHTTP(w, r)
