@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +78,9 @@ func TestClusterPollsThroughFollowersLeaveLeaderRoom(t *testing.T) {
 	} else if took := time.Since(start); took < time.Second || took > 4*time.Second {
 		t.Errorf("the refused pull was answered after %v, want after the second it waits for a connection", took)
 	}
+	if n := refusedPulls(t, c.hc, follower); n < 1 {
+		t.Errorf("%s's /metrics counts %v refused pulls, want at least the one just refused", follower.id, n)
+	}
 
 	// On connections of their own: the leader still accepts new ones.
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
@@ -106,4 +111,30 @@ func TestClusterPollsThroughFollowersLeaveLeaderRoom(t *testing.T) {
 	if served < 2*capPerFollower {
 		t.Errorf("%d polls answered 200, want at least the %d the followers could forward at once", served, 2*capPerFollower)
 	}
+}
+
+// refusedPulls reads nd's count of pulls it refused for want of a
+// connection to the leader from /metrics (-1 when the series is missing).
+func refusedPulls(t *testing.T, hc *http.Client, nd *nemNode) float64 {
+	t.Helper()
+	resp, err := hc.Get(nd.base + "/metrics")
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", nd.id, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "tidemq_cluster_forwarded_pulls_refused_total") {
+			fields := strings.Fields(line)
+			v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				t.Fatalf("%s /metrics: %q: %v", nd.id, line, err)
+			}
+			return v
+		}
+	}
+	return -1
 }

@@ -282,6 +282,7 @@ func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.C
 			return true // the caller went away
 		}
 		if errors.Is(context.Cause(ctx), errNoPollConn) {
+			c.metrics.pullRefused()
 			gateway.WriteTooManyForwardedPolls(w, pollConns)
 			return true
 		}

@@ -15,6 +15,7 @@ type metrics struct {
 	meter         metric.Meter
 	leaderChanges metric.Int64Counter
 	snapshots     metric.Int64Counter
+	pullsRefused  metric.Int64Counter     // pulls refused for want of a connection to the leader
 	commit        metric.Float64Histogram // a proposal, from Apply to applied on the leader
 	apply         metric.Float64Histogram // the state machine applying one entry
 	registration  metric.Registration
@@ -49,6 +50,7 @@ func newMetrics(c *Cluster, mp metric.MeterProvider) (*metrics, error) {
 	}
 	out.leaderChanges = counter("tidemq.raft.leader_changes", "{change}", "Changes of the group's leader this node saw.")
 	out.snapshots = counter("tidemq.raft.snapshots", "{snapshot}", "Snapshots of the group's state, taken here or restored here (kind).")
+	out.pullsRefused = counter("tidemq.cluster.forwarded_pulls.refused", "{pull}", "Pulls this node refused with 429 instead of forwarding: its connections to the leader for pulls were all taken by parked polls.")
 	out.commit = seconds("tidemq.raft.commit.duration", "A leader's proposal, from raft Apply until committed and applied here.")
 	out.apply = seconds("tidemq.raft.apply.duration", "The state machine applying one committed entry.")
 	return out, err
@@ -114,6 +116,10 @@ func (m *metrics) observeApply(start time.Time) {
 
 func (m *metrics) snapshot(kind string) {
 	m.snapshots.Add(context.Background(), 1, metric.WithAttributes(attribute.String("group", GroupID), attribute.String("kind", kind)))
+}
+
+func (m *metrics) pullRefused() {
+	m.pullsRefused.Add(context.Background(), 1, metric.WithAttributes(attribute.String("group", GroupID)))
 }
 
 func (m *metrics) leaderChanged() {
