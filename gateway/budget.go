@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -54,8 +55,8 @@ func (r *reservation) release() {
 
 // errBudget is a refusal for want of budget; the caller retries later.
 func errBudget(b *bodyBudget) error {
-	return newHTTPError(http.StatusTooManyRequests, "too_many_requests", "Too many requests",
-		"the request bodies being read take the server's budget of %d bytes; retry later", b.limit)
+	return &httpError{kind: kindTooManyRequests, entry: -1,
+		detail: fmt.Sprintf("the request bodies being read take the server's budget of %d bytes; retry later", b.limit)}
 }
 
 // minBodyGrowth is the smallest step a body buffer of unknown length

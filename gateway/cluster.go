@@ -101,8 +101,7 @@ const noLeaderRetryAfter = "1"
 // parked polls.
 func WriteTooManyForwardedPolls(w http.ResponseWriter, limit int) {
 	w.Header().Set("Retry-After", "1") // a parked poll ends when a message comes or its wait does: any moment
-	writeProblem(w, problemOf(problemKind{http.StatusTooManyRequests, "too_many_requests", "Too many requests"},
-		fmt.Sprintf("this node forwards at most %d pulls to the leader at once, and as many are parked there; retry after Retry-After seconds, or ask the leader or another node", limit)))
+	writeProblem(w, problemOf(kindTooManyRequests, fmt.Sprintf("this node forwards at most %d pulls to the leader at once, and as many are parked there; retry after Retry-After seconds, or ask the leader or another node", limit)))
 }
 
 // WriteNoLeader writes the 503 no_leader problem with Retry-After: 1, the

@@ -46,7 +46,7 @@ var problemTable = []struct {
 	{core.ErrTransactionSettled, problemKind{409, "transaction_settled", "Transaction settled"}},
 	{core.ErrModeConflict, problemKind{409, "subscription_mode_conflict", "Subscription mode conflict"}},
 	{core.ErrMessageTooLarge, problemKind{413, "message_too_large", "Message too large"}},
-	{core.ErrTooManyRequests, problemKind{429, "too_many_requests", "Too many requests"}},
+	{core.ErrTooManyRequests, kindTooManyRequests},
 	{core.ErrClosed, problemKind{503, "not_ready", "Not ready"}},
 	{core.ErrInsufficientStorage, problemKind{507, "insufficient_storage", "Insufficient storage"}},
 	// The cluster's (cluster.go).
@@ -58,8 +58,9 @@ var problemTable = []struct {
 }
 
 var (
-	kindInvalidRequest = problemKind{400, "invalid_request", "Invalid request"}
-	kindInternal       = problemKind{500, "internal", "Internal error"}
+	kindInvalidRequest  = problemKind{400, "invalid_request", "Invalid request"}
+	kindTooManyRequests = problemKind{429, "too_many_requests", "Too many requests"}
+	kindInternal        = problemKind{500, "internal", "Internal error"}
 )
 
 // httpError is an error the gateway itself raises, with its problem kind.
