@@ -39,24 +39,30 @@ const (
 // every node answers for itself (console, health, metrics, /v1/cluster)
 // is served by local.
 func (c *Cluster) Handler(local http.Handler) http.Handler {
-	client, polls := forwardClient(0), forwardClient(c.cfg.MaxForwardedPolls)
+	others, polls := newForwarder(0), newForwarder(c.cfg.MaxForwardedPolls)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !needsLeader(r) {
 			local.ServeHTTP(w, r)
 			return
 		}
 		if isPoll(r) {
-			c.serveLeader(w, r, local, polls, c.cfg.MaxForwardedPolls)
+			c.serveLeader(w, r, local, polls)
 			return
 		}
-		c.serveLeader(w, r, local, client, 0)
+		c.serveLeader(w, r, local, others)
 	})
 }
 
-// forwardClient is an HTTP client to the leader holding at most maxConns
-// connections to it (0: no limit); a request past them waits for one.
-func forwardClient(maxConns int) *http.Client {
-	return &http.Client{
+// forwarder is an HTTP client to the leader holding at most maxConns
+// connections to it (0: no limit). A request past them waits for one, at
+// most pollConnWait (it is then refused with 429): the cap is the pulls'.
+type forwarder struct {
+	client   *http.Client
+	maxConns int
+}
+
+func newForwarder(maxConns int) *forwarder {
+	return &forwarder{maxConns: maxConns, client: &http.Client{
 		Transport: &http.Transport{
 			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 			MaxIdleConns:        1024,
@@ -71,7 +77,7 @@ func forwardClient(maxConns int) *http.Client {
 		},
 		// A redirect is the client's to follow, not the forwarder's.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	}}
 }
 
 // isPoll reports whether r is a pull: a long poll holds its connection to
@@ -90,10 +96,8 @@ func needsLeader(r *http.Request) bool {
 	return !(p == "/v1/cluster" && r.Method == http.MethodGet)
 }
 
-// serveLeader serves r here or at the leader. A pull through a client
-// holding at most pollConns connections (0: no limit) waits for one at
-// most pollConnWait, then is refused with 429.
-func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, client *http.Client, pollConns int) {
+// serveLeader serves r here, or at the leader through fw.
+func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http.Handler, fw *forwarder) {
 	if r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, "/v1/cluster/members/") {
 		// A leader removing itself asks its successor with the caller's
 		// credentials (removeSelf).
@@ -128,12 +132,12 @@ func (c *Cluster) serveLeader(w http.ResponseWriter, r *http.Request, local http
 				if len(b) > maxBufferedBody {
 					// Too large to keep: forwarded once, whatever comes of it.
 					r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(b), r.Body))
-					c.forward(w, r, client, addr, leader, nil, false, 0)
+					c.forward(w, r, fw, addr, leader, nil, false)
 					return
 				}
 				body, buffered = b, true
 			}
-			if c.forward(w, r, client, addr, leader, body, buffered, pollConns) {
+			if c.forward(w, r, fw, addr, leader, body, buffered) {
 				return
 			}
 		}
@@ -237,12 +241,12 @@ var hopHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Proxy
 // reports false, having written nothing, when the leader could not have
 // acted on it (it was not reached, or answered that it does not lead) and
 // the body can be sent again.
-func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.Client, addr, leader string, body []byte, retry bool, pollConns int) bool {
+func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, fw *forwarder, addr, leader string, body []byte, retry bool) bool {
 	var wrote atomic.Bool
 	trace := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) }}
 	ctx, stop := c.abandonOnNewLeader(r.Context(), leader)
 	defer stop()
-	if pollConns > 0 {
+	if fw.maxConns > 0 {
 		var stopWait func()
 		ctx, stopWait = waitForPollConn(ctx, trace, pollConnWait)
 		defer stopWait()
@@ -276,14 +280,14 @@ func (c *Cluster) forward(w http.ResponseWriter, r *http.Request, client *http.C
 	} else {
 		out.ContentLength = r.ContentLength
 	}
-	resp, err := client.Do(out)
+	resp, err := fw.client.Do(out)
 	if err != nil {
 		if r.Context().Err() != nil {
 			return true // the caller went away
 		}
 		if errors.Is(context.Cause(ctx), errNoPollConn) {
 			c.metrics.pullRefused()
-			gateway.WriteTooManyForwardedPolls(w, pollConns)
+			gateway.WriteTooManyForwardedPolls(w, fw.maxConns)
 			return true
 		}
 		if retry && !wrote.Load() {
