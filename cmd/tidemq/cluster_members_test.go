@@ -286,12 +286,7 @@ func memberRequest(nd *nemNode) map[string]any {
 // removes itself and a successor serves, and every acknowledged message is
 // on the final leader.
 func TestClusterMembership(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs five broker processes for ~10 s")
-	}
-	if !binaryHasFlag(t, "node-id") {
-		t.Skip("tidemq has no --node-id flag: no cluster to test")
-	}
+	skipUnlessClusterTest(t, "runs five broker processes for ~10 s")
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	c, addNode := memberCluster(t)
@@ -405,12 +400,7 @@ func TestClusterMembership(t *testing.T) {
 // nothing with three dead, serves again once they are back, and keeps
 // every acknowledged message (SPEC §7.2).
 func TestFiveNodeCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs five broker processes for ~10 s")
-	}
-	if !binaryHasFlag(t, "node-id") {
-		t.Skip("tidemq has no --node-id flag: no cluster to test")
-	}
+	skipUnlessClusterTest(t, "runs five broker processes for ~10 s")
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	c := newNemCluster(t, 5)

@@ -19,12 +19,7 @@ import (
 // Uncapped, the 50 polls below took all 40 of the leader's connections,
 // and a send on a new connection waited in its listen backlog.
 func TestClusterPollsThroughFollowersLeaveLeaderRoom(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs three broker processes")
-	}
-	if !binaryHasFlag(t, "node-id") {
-		t.Skip("tidemq has no --node-id flag: no cluster to test")
-	}
+	skipUnlessClusterTest(t, "runs three broker processes")
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	c := newNemCluster(t, 3, "--max-connections", "40")

@@ -39,15 +39,10 @@ import (
 // outage after most of them), TIDEMQ_NEMESIS_PAUSE how long a leader stays
 // under SIGSTOP (default 3s). TIDEMQ_NEMESIS=off skips it.
 func TestClusterNemesis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the nemesis runs for a minute or more")
-	}
 	if os.Getenv("TIDEMQ_NEMESIS") == "off" {
 		t.Skip("TIDEMQ_NEMESIS=off")
 	}
-	if !binaryHasFlag(t, "node-id") {
-		t.Skip("tidemq has no --node-id flag: no cluster to test")
-	}
+	skipUnlessClusterTest(t, "the nemesis runs for a minute or more")
 	kills := nemesisKills(t)
 	pause := 3 * time.Second
 	if v := os.Getenv("TIDEMQ_NEMESIS_PAUSE"); v != "" {
@@ -100,6 +95,19 @@ func nemesisKills(t *testing.T) int {
 }
 
 // binaryHasFlag reports whether tidemq --help lists the flag.
+// skipUnlessClusterTest skips a test of broker processes in a cluster in
+// -short runs (long says what it takes) and when the binary has no
+// cluster flags.
+func skipUnlessClusterTest(t *testing.T, long string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(long)
+	}
+	if !binaryHasFlag(t, "node-id") {
+		t.Skip("tidemq has no --node-id flag: no cluster to test")
+	}
+}
+
 func binaryHasFlag(t *testing.T, name string) bool {
 	t.Helper()
 	out, err := exec.Command(tidemqBinary(t), "--help").CombinedOutput()
