@@ -63,12 +63,14 @@ func runLocalClusterTest(t *testing.T, nodes int) {
 		}
 	})
 
-	// The printed lines: one per node, each with its URL and pid.
+	// The printed lines: one per node, each with its URL and pid, then the
+	// hint, written after the last node's line.
 	var found [][]string
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		found = localNodeLine.FindAllStringSubmatch(out.String(), -1)
-		if len(found) == nodes {
+		printed := out.String()
+		found = localNodeLine.FindAllStringSubmatch(printed, -1)
+		if len(found) == nodes && strings.Contains(printed, "Ctrl-C stops") {
 			break
 		}
 		select {
@@ -77,7 +79,7 @@ func runLocalClusterTest(t *testing.T, nodes int) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("local-cluster printed %d of %d nodes in 20 s", len(found), nodes)
+			t.Fatalf("local-cluster printed %d of %d nodes and its Ctrl-C line in 20 s", len(found), nodes)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
