@@ -130,7 +130,7 @@ func parseFlags(args []string) (config, error) {
 	fs.BoolVar(&c.gzip, "gzip", false, "ask the broker for gzip replies (off by default, like the SDK's client)")
 	fs.BoolVar(&c.tracing, "tracing", true, "brokers this command starts export every message's spans over OTLP to a stand-in collector (the targets are measured with tracing on)")
 	fs.IntVar(&c.rounds, "rounds", 1, "with -suite targets or cluster: run the target phases this many times; each target's median ratio decides")
-	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted)")
+	fs.DurationVar(&c.warmup, "warmup", time.Second, "warm-up before each measured run (not counted); with -suite cluster 10s unless given")
 	fs.StringVar(&c.client, "client", loadtest.ClientLean, "how requests are written and replies read: lean (hand-written JSON, fastjson) or plain (encoding/json, base64 bodies); with -suite targets a comma-separated list runs each HTTP phase once per client, the phases of all but the first named <phase>@<client>")
 	fs.DurationVar(&c.curveDuration, "curve-duration", 0, "with -suite targets: each measured run of the single-send curve's points other than 1 and 64 producers (default: 2s, or -duration if shorter)")
 
@@ -157,6 +157,9 @@ func parseFlags(args []string) (config, error) {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.suite != "" && !set["duration"] {
 		sc.Duration = 5 * time.Second
+	}
+	if c.suite == "cluster" && !set["warmup"] {
+		c.warmup = clusterWarmup
 	}
 	if c.suite == "backlog" && !set["messages"] {
 		sc.Messages = 10_000_000

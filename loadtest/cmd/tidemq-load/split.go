@@ -76,6 +76,9 @@ func (p *phase) splitCPU(use usage, msgs int64, elapsed time.Duration) {
 	}
 	if elapsed > 0 {
 		p.Cores = (use.cpu + use.server).Seconds() / elapsed.Seconds()
+		for _, f := range use.nodeFaults {
+			p.NodeFaultsPerSec = append(p.NodeFaultsPerSec, float64(f)/elapsed.Seconds())
+		}
 	}
 }
 

@@ -60,9 +60,9 @@ type suite struct {
 
 	// With a cluster of child brokers (suite_cluster.go): the base URLs
 	// a phase's clients are spread over (nil: the phase's one URL), and
-	// each node's CPU time so far, in node order (nil when none).
-	spread     []string
-	brokerCPUs func() []time.Duration
+	// what each node used so far, in node order (nil when none).
+	spread      []string
+	brokerUsage func() []procUsage
 }
 
 // phase is one measurement.
@@ -96,6 +96,9 @@ type phase struct {
 	// NodeCPUPerMsg splits ServerCPUPerMsg by node when the broker was a
 	// cluster of child processes, in node order.
 	NodeCPUPerMsg []time.Duration `json:"nodeCpuPerMsgNs,omitempty"`
+	// NodeFaultsPerSec is each of those processes' minor page faults a
+	// second over the measured run, in node order.
+	NodeFaultsPerSec []float64 `json:"nodeFaultsPerSec,omitempty"`
 	// SpansDropped is how many spans the in-process broker dropped while
 	// measuring because its export queue was full: that much tracing went
 	// unpaid (its export), so a phase with many is less traced than asked.
@@ -232,12 +235,12 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 		}()
 	}
 	var server0 time.Duration
-	var nodes0 []time.Duration
+	var nodes0 []procUsage
 	if c.brokerCPU != nil {
 		server0 = c.brokerCPU()
 	}
-	if c.brokerCPUs != nil {
-		nodes0 = c.brokerCPUs()
+	if c.brokerUsage != nil {
+		nodes0 = c.brokerUsage()
 	}
 	mark, dropped0 := markUsage(), spansDroppedSoFar()
 	rep, err = runLabeled(ctx, sc)
@@ -245,11 +248,12 @@ func (c *suite) measure(ctx context.Context, name string, sc loadtest.Scenario) 
 	if c.brokerCPU != nil {
 		use.server, use.child = c.brokerCPU()-server0, true
 	}
-	if c.brokerCPUs != nil {
+	if c.brokerUsage != nil {
 		use.child = true
-		for i, t := range c.brokerCPUs() {
-			use.nodes = append(use.nodes, t-nodes0[i])
-			use.server += t - nodes0[i]
+		for i, u := range c.brokerUsage() {
+			use.nodes = append(use.nodes, u.cpu-nodes0[i].cpu)
+			use.nodeFaults = append(use.nodeFaults, u.faults-nodes0[i].faults)
+			use.server += u.cpu - nodes0[i].cpu
 		}
 	}
 	use.spansDropped = spansDroppedSoFar() - dropped0
@@ -263,6 +267,7 @@ type usage struct {
 	spansDropped uint64          // by in-process brokers' span exporters
 	server       time.Duration   // the child broker's (a cluster's nodes together), when child is set
 	nodes        []time.Duration // each cluster node's, in node order
+	nodeFaults   []uint64        // each cluster node's minor page faults, in node order
 	child        bool            // the broker was a child process
 }
 

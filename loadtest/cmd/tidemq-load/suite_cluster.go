@@ -43,6 +43,14 @@ const (
 	// The absolute end-to-end bounds on the cluster at 1,000 msg/s.
 	clusterE2EP50 = 2 * time.Millisecond
 	clusterE2EP99 = 10 * time.Millisecond
+	// clusterWarmup is the suite's default warm-up: every phase runs on
+	// fresh processes, and on this project's VM a fresh node spends its
+	// first seconds under load touching memory for the first time (its
+	// heap, memtables and block cache growing; ~10 µs of CPU a page
+	// fault). With 1 s the cluster's batch and pull phases measured that
+	// transient, three processes of it, more than the steady state
+	// (docs/LOADTEST.md).
+	clusterWarmup = 10 * time.Second
 )
 
 // The scenarios, each run on the single node and on the cluster.
@@ -113,13 +121,13 @@ func (b *brokerSet) pids() []int {
 	return ids
 }
 
-// cpus is each process's CPU time so far, in node order.
-func (b *brokerSet) cpus() []time.Duration {
-	var t []time.Duration
+// usage is each process's procUsage so far, in node order.
+func (b *brokerSet) usage() []procUsage {
+	var u []procUsage
 	for _, p := range b.procs {
-		t = append(t, p.cpu())
+		u = append(u, p.usage())
 	}
-	return t
+	return u
 }
 
 // stop stops every process (SIGTERM, together) and removes their data.
@@ -411,7 +419,7 @@ func (v clusterVariant) name(base string) string {
 
 // onBrokers runs f on fresh brokers of variant v: f gets the URL setup
 // requests go to (and, on the single node or with onLeader, every
-// client), c.spread and c.brokerCPUs are set for it, and the phase f
+// client), c.spread and c.brokerUsage are set for it, and the phase f
 // appended to c.phases is told who served it.
 func (c *suite) onBrokers(ctx context.Context, name string, v clusterVariant, f func(b *brokerSet, url string, res *brokersResult) error) (p phase, err error) {
 	var b *brokerSet
@@ -435,8 +443,8 @@ func (c *suite) onBrokers(ctx context.Context, name string, v clusterVariant, f 
 	case v.cluster:
 		c.spread = b.urls()
 	}
-	c.brokerCPUs = b.cpus
-	defer func() { c.spread, c.brokerCPUs = nil, nil }()
+	c.brokerUsage = b.usage
+	defer func() { c.spread, c.brokerUsage = nil, nil }()
 	res := &brokersResult{Kind: "single", Clients: "one node", Nodes: b.ids, Pids: b.pids(), Leader: b.ids[b.leader], LeaderFrom: b.leaderFrom}
 	if v.cluster {
 		res.Kind, res.Clients = "cluster", fmt.Sprintf("spread over %d nodes", len(b.procs))
@@ -716,8 +724,10 @@ func (r clusterResult) writeMarkdown(w io.Writer) error {
 		"fewer than acknowledged is a loss; more is sends answered with an error (a 503 no_leader, say) whose raft entry committed all the same, which a client retrying would store twice (at least once).\n")
 	b.WriteString("\n### Where the CPU goes\n\n" +
 		"Each broker's CPU time (user+system, /proc/<pid>/stat) and the load tester's (load generator and the stand-in OTLP collector) over the measured run, per message; " +
-		"cores ≈ CPU/msg × msg/s. The machine's CPUs are shared by all of them.\n\n" +
-		"| phase | round | msg/s | leader CPU/msg | followers CPU/msg | client CPU/msg | total CPU/msg | cores: leader, followers, client |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
+		"cores ≈ CPU/msg × msg/s. The machine's CPUs are shared by all of them. " +
+		"Page faults are each broker's minor faults a second (/proc/<pid>/stat): first touches of memory, which a fresh process makes while its heap, memtables and caches grow; " +
+		"on a VM each can cost ~10 µs of CPU (docs/LOADTEST.md, warm-up).\n\n" +
+		"| phase | round | msg/s | leader CPU/msg | followers CPU/msg | client CPU/msg | total CPU/msg | cores: leader, followers, client | page faults/s: leader, followers |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n")
 	for _, p := range r.Phases {
 		br := p.Brokers
 		if br == nil || len(p.NodeCPUPerMsg) != len(br.Nodes) || len(br.Nodes) == 0 {
@@ -738,11 +748,30 @@ func (r clusterResult) writeMarkdown(w io.Writer) error {
 		if len(followers) > 0 {
 			fcell, fcores = strings.Join(followers, ", "), cores(fsum)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s %s | %s | %s | %s | %s, %s, %s |\n", p.Name, p.Round, thousands(rate), br.Nodes[li], dur(p.NodeCPUPerMsg[li]), fcell,
-			dur(p.ClientCPUPerMsg), dur(p.CPUPerMsg), cores(p.NodeCPUPerMsg[li]), fcores, cores(p.ClientCPUPerMsg))
+		fmt.Fprintf(&b, "| %s | %d | %s | %s %s | %s | %s | %s | %s, %s, %s | %s |\n", p.Name, p.Round, thousands(rate), br.Nodes[li], dur(p.NodeCPUPerMsg[li]), fcell,
+			dur(p.ClientCPUPerMsg), dur(p.CPUPerMsg), cores(p.NodeCPUPerMsg[li]), fcores, cores(p.ClientCPUPerMsg), faultsCell(p.NodeFaultsPerSec, li))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// faultsCell renders page faults a second, the leader's (node li) first,
+// then the followers' ("—" when they were not read).
+func faultsCell(perSec []float64, li int) string {
+	if li >= len(perSec) {
+		return "—"
+	}
+	cells := []string{thousands(perSec[li])}
+	var followers []string
+	for i, f := range perSec {
+		if i != li {
+			followers = append(followers, thousands(f))
+		}
+	}
+	if len(followers) > 0 {
+		cells = append(cells, strings.Join(followers, ", "))
+	}
+	return strings.Join(cells, "; ")
 }
 
 // phasesByRound groups phases by round, by name.

@@ -100,6 +100,10 @@ func TestClusterSuite(t *testing.T) {
 		if len(p.NodeCPUPerMsg) != nodes || sum <= 0 || p.ClientCPUPerMsg <= 0 || sum-p.ServerCPUPerMsg > time.Duration(nodes) || p.ServerCPUPerMsg-sum > time.Duration(nodes) {
 			t.Errorf("%s: node CPU/msg %v (sum %v), server %v, client %v", name, p.NodeCPUPerMsg, sum, p.ServerCPUPerMsg, p.ClientCPUPerMsg)
 		}
+		// Fresh processes that moved messages touched new memory.
+		if len(p.NodeFaultsPerSec) != nodes || slices.Min(p.NodeFaultsPerSec) <= 0 {
+			t.Errorf("%s: page faults a second %v, want %d above 0", name, p.NodeFaultsPerSec, nodes)
+		}
 		if cluster {
 			wantURLs := 0
 			if br.Clients == "all on the leader" {
@@ -266,7 +270,10 @@ func TestClusterFlags(t *testing.T) {
 		}
 	}
 	c, err := parseFlags([]string{"-suite", "cluster", "-rounds", "3", "-o", "x.md", "-broker-bin", "/bin/true"})
-	if err != nil || c.sc.Duration != 5*time.Second || c.rounds != 3 {
-		t.Errorf("-suite cluster -rounds 3: %v, duration %v", err, c.sc.Duration)
+	if err != nil || c.sc.Duration != 5*time.Second || c.rounds != 3 || c.warmup != clusterWarmup {
+		t.Errorf("-suite cluster -rounds 3: %v, duration %v, warm-up %v", err, c.sc.Duration, c.warmup)
+	}
+	if c, err := parseFlags([]string{"-suite", "cluster", "-warmup", "2s", "-o", "x.md", "-broker-bin", "/bin/true"}); err != nil || c.warmup != 2*time.Second {
+		t.Errorf("-suite cluster -warmup 2s: %v, warm-up %v", err, c.warmup)
 	}
 }

@@ -162,9 +162,9 @@ func (c *suite) runMirror(ctx context.Context, messages int64, rate float64, sta
 	if messages > 0 {
 		sc.Duration = 0
 	}
-	c.brokerCPUs = func() []time.Duration { return []time.Duration{src.cpu(), dst.cpu()} }
-	defer func() { c.brokerCPUs = nil }()
-	cpu0 := c.brokerCPUs()
+	c.brokerUsage = func() []procUsage { return []procUsage{src.usage(), dst.usage()} }
+	defer func() { c.brokerUsage = nil }()
+	cpu0 := c.brokerUsage()
 	warmup := c.warmup
 	c.warmup = 0 // done above, on another topic
 	p, err := c.httpPhase(ctx, mirrorPhaseName, "broker hz, mirrored to sg", src.URL, sc)
@@ -212,10 +212,10 @@ func (c *suite) runMirror(ctx context.Context, messages int64, rate float64, sta
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	cpu1 := c.brokerCPUs()
+	cpu1 := c.brokerUsage()
 	if m.Acked > 0 {
-		m.SourceCPUPerMsg = (cpu1[0] - cpu0[0]) / time.Duration(m.Acked)
-		m.DestCPUPerMsg = (cpu1[1] - cpu0[1]) / time.Duration(m.Acked)
+		m.SourceCPUPerMsg = (cpu1[0].cpu - cpu0[0].cpu) / time.Duration(m.Acked)
+		m.DestCPUPerMsg = (cpu1[1].cpu - cpu0[1].cpu) / time.Duration(m.Acked)
 	}
 
 	// Read both topics back: each source message's storedAt, each copy's.
