@@ -474,15 +474,18 @@ func writeOutput(w io.Writer, format string, v any, markdown func(io.Writer) err
 
 // machine describes where the numbers come from.
 type machine struct {
-	CPU        string        `json:"cpu"`
-	NumCPU     int           `json:"numCPU"`
-	GOMAXPROCS int           `json:"gomaxprocs"`
-	GoVersion  string        `json:"goVersion"`
-	DataDir    string        `json:"dataDir"`
-	LoadBefore string        `json:"loadAverageBefore"`
-	LoadAfter  string        `json:"loadAverageAfter"`
-	Start      time.Time     `json:"start"`
-	Took       time.Duration `json:"tookNs"`
+	CPU        string `json:"cpu"`
+	NumCPU     int    `json:"numCPU"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"goVersion"`
+	DataDir    string `json:"dataDir"`
+	LoadBefore string `json:"loadAverageBefore"`
+	LoadAfter  string `json:"loadAverageAfter"`
+	// PageFault is a first touch of fresh memory's cost a page, measured
+	// before the run (0: not measured).
+	PageFault time.Duration `json:"pageFaultNs,omitempty"`
+	Start     time.Time     `json:"start"`
+	Took      time.Duration `json:"tookNs"`
 }
 
 func describeMachine(dir string) machine {
@@ -490,7 +493,18 @@ func describeMachine(dir string) machine {
 		dir = os.TempDir()
 	}
 	return machine{CPU: cpuModel(), NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
-		GoVersion: runtime.Version(), DataDir: dir, LoadBefore: loadAverage(), Start: time.Now()}
+		GoVersion: runtime.Version(), DataDir: dir, LoadBefore: loadAverage(), PageFault: pageFaultCost(), Start: time.Now()}
+}
+
+// header is the markdown lines that say which machine ran a suite and
+// how busy it was.
+func (m machine) header() string {
+	fault := "not measured"
+	if m.PageFault > 0 {
+		fault = m.PageFault.Round(100*time.Nanosecond).String() + " (first touch of fresh memory; fresh brokers pay it for all they grow into)"
+	}
+	return fmt.Sprintf("- machine: %s, %d CPUs (GOMAXPROCS %d), %s, %s/%s; a page fault %s\n- load average before: %s; after: %s\n",
+		m.CPU, m.NumCPU, m.GOMAXPROCS, m.GoVersion, runtime.GOOS, runtime.GOARCH, fault, m.LoadBefore, m.LoadAfter)
 }
 
 // loadAverage is the 1, 5 and 15 minute load averages ("" off Linux).

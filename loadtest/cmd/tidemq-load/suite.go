@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -746,8 +745,7 @@ func (r suiteResult) writeMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## tidemq load test: targets\n\n`%s`\n\n", r.Command)
 	m := r.Machine
-	fmt.Fprintf(&b, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s, %s/%s\n", m.CPU, m.NumCPU, m.GOMAXPROCS, m.GoVersion, runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "- load average before: %s; after: %s\n", m.LoadBefore, m.LoadAfter)
+	b.WriteString(m.header())
 	fmt.Fprintf(&b, "- data: %s (broker and raw Pebble on the same disk), fsync always\n", m.DataDir)
 	fmt.Fprintf(&b, "- started %s, took %s\n\n", m.Start.Format(time.RFC3339), m.Took.Round(time.Second))
 	b.WriteString("| target | measured | baseline | ratio | want | result | ratio per round |\n|---|---:|---|---:|---|---|---|\n")

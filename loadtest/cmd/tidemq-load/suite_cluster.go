@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -659,8 +658,7 @@ func (r clusterResult) writeMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## tidemq load test: a %d-node cluster beside the single node\n\n`%s`\n\n", clusterSize, r.Command)
 	m := r.Machine
-	fmt.Fprintf(&b, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s, %s/%s\n", m.CPU, m.NumCPU, m.GOMAXPROCS, m.GoVersion, runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "- load average before: %s; after: %s\n", m.LoadBefore, m.LoadAfter)
+	b.WriteString(m.header())
 	fmt.Fprintf(&b, "- data: %s, fsync always; every broker a child process of the same binary, each phase on fresh ones; "+
 		"cluster node i on 127.0.0.i, clients round-robin over the nodes (`@leader`: every client on the leader)\n", m.DataDir)
 	var from []string

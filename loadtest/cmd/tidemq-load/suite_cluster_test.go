@@ -151,7 +151,10 @@ func TestClusterSuite(t *testing.T) {
 	if string(md) != stdout.String() {
 		t.Errorf("-o differs from stdout")
 	}
-	wantMD := []string{"### Where the CPU goes", "the forwarding hop", "| cluster: batch send"}
+	if res.Machine.PageFault <= 0 || res.Machine.PageFault > 10*time.Millisecond {
+		t.Errorf("a page fault measured as %v", res.Machine.PageFault)
+	}
+	wantMD := []string{"### Where the CPU goes", "the forwarding hop", "| cluster: batch send", "; a page fault " + res.Machine.PageFault.Round(100*time.Nanosecond).String()}
 	for _, name := range want {
 		wantMD = append(wantMD, "| "+name+" | 1 |")
 	}

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"time"
 
@@ -307,8 +306,7 @@ func (r mirrorResult) writeMarkdown(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "## tidemq load test: a mirror between two regions on this machine\n\n`%s`\n\n", r.Command)
 	m := r.Machine
-	fmt.Fprintf(&b, "- machine: %s, %d CPUs (GOMAXPROCS %d), %s, %s/%s\n", m.CPU, m.NumCPU, m.GOMAXPROCS, m.GoVersion, runtime.GOOS, runtime.GOARCH)
-	fmt.Fprintf(&b, "- load average before: %s; after: %s\n", m.LoadBefore, m.LoadAfter)
+	b.WriteString(m.header())
 	fmt.Fprintf(&b, "- data: %s, fsync always; region hz (source) and region sg (destination, the mirror) each a child process of the same binary on 127.0.0.1\n", m.DataDir)
 	fmt.Fprintf(&b, "- started %s, took %s\n\n", m.Start.Format(time.RFC3339), m.Took.Round(time.Second))
 	if r.Source == nil || r.Mirror == nil {
