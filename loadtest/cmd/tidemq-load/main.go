@@ -270,6 +270,13 @@ func parseFlags(args []string) (config, error) {
 }
 
 func main() {
+	if child, err := pollHolderChild(); child {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tidemq-load poll holder:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	c, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -90,9 +91,8 @@ type costEnv struct {
 	res     costResult // what setting up measured
 	batch   float64    // the group's batch send rate, for the pull's backlog
 	stop    context.CancelFunc
-	polls   sync.WaitGroup
-	parked  atomic.Int64
-	pollErr atomic.Int64
+	polls   sync.WaitGroup // the poll holder's reader
+	counts  pollCounts     // the poll holder's, as it last reported them
 }
 
 // close stops the parked polls and the broker and removes its data.
@@ -316,7 +316,7 @@ func (c *suite) costNoted(p phase, e *costEnv) phase {
 	}
 	res := e.res
 	res.RSS, res.HWM, _ = e.proc.memory()
-	res.Parked = e.parked.Load()
+	res.Parked = e.counts.parked.Load()
 	p.Cost = &res
 	p.Description += "; broker a child process (CPU is the load generator's)"
 	if res.Topics > 0 {
@@ -456,16 +456,13 @@ func pullCount(ctx context.Context, client *http.Client, url, token, topic, grou
 // the broker's bound of parked pulls (core's MaxParkedPulls, 10,000).
 func idlePolls(polls int) int { return max(polls-5, 1) }
 
-// parkPolls starts n long polls (30 s, re-issued as each answers) on one
-// idle subscription of e's broker, and returns once all were written;
-// they run until e closes. One group: the polls are n consumers of one
-// service scaled out, each waiting for work; n groups would be n copies
-// of every message, what the subscriptions' phase measures. It also
-// creates the topic the wake-up phase sends to.
+// parkPolls has a poll holder (pollholder.go) start n long polls (30 s,
+// re-issued as each answers) on one idle subscription of e's broker, and
+// returns once all were written; they run until e closes. One group: the
+// polls are n consumers of one service scaled out, each waiting for work;
+// n groups would be n copies of every message, what the subscriptions'
+// phase measures. It also creates the topic the wake-up phase sends to.
 func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
-	if err := raiseNoFile(uint64(n) + 4096); err != nil {
-		return err
-	}
 	for _, t := range []struct{ topic, group string }{{"cost-idle", "idle"}, {"cost-wake", "wake"}} {
 		if err := e.admin.PutTopic(ctx, t.topic, 0, 0); err != nil {
 			return err
@@ -474,30 +471,44 @@ func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
 			return err
 		}
 	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = n, n
-	hc := &http.Client{Transport: tr}
-	pctx, stop := context.WithCancel(context.WithoutCancel(ctx))
-	e.stop = func() { stop(); hc.CloseIdleConnections() }
-	url := e.proc.URL + "/v1/topics/cost-idle/subscriptions/idle/pull"
-	var written atomic.Int64
-	// In waves, so that the listen backlog is not flooded.
-	const wave = 500
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), pollHolderURLEnv+"="+e.proc.URL+"/v1/topics/cost-idle/subscriptions/idle/pull", pollHolderNEnv+"="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	setPdeathsig(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the poll holder: %w", err)
+	}
+	held := make(chan struct{})
+	e.polls.Go(func() {
+		readPollCounts(stdout, &e.counts)
+		_ = cmd.Wait()
+		close(held)
+	})
+	// Closing its stdin ends the holder: its polls, then itself.
+	e.stop = func() { stdin.Close() }
 	deadline := time.Now().Add(2 * time.Minute)
-	for started := 0; started < n; {
-		for range min(wave, n-started) {
-			e.polls.Go(func() { e.poll(pctx, hc, url, &written) })
-			started++
+	for e.counts.written.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d polls written after 2 minutes (%d errors)", e.counts.written.Load(), n, e.counts.errs.Load())
 		}
-		for written.Load() < int64(started) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("only %d of %d polls written after 2 minutes (%d errors)", written.Load(), n, e.pollErr.Load())
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(5 * time.Millisecond):
-			}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-held:
+			return fmt.Errorf("the poll holder ended with %d of %d polls written", e.counts.written.Load(), n)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	// A moment for the broker to take in the last wave before its RSS is
@@ -507,40 +518,8 @@ func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
 		return ctx.Err()
 	case <-time.After(time.Second):
 	}
-	c.logf("   %d polls written (%d parked, %d errors)", written.Load(), e.parked.Load(), e.pollErr.Load())
+	c.logf("   %d polls written (%d parked, %d errors) by a poll holder, pid %d", e.counts.written.Load(), e.counts.parked.Load(), e.counts.errs.Load(), cmd.Process.Pid)
 	return nil
-}
-
-// poll long-polls url until ctx ends, counting itself parked while its
-// request waits for a reply. The first write of its request counts in
-// written.
-func (e *costEnv) poll(ctx context.Context, hc *http.Client, url string, written *atomic.Int64) {
-	var first sync.Once
-	body := []byte(`{"maxMessages":1,"waitSeconds":30}`)
-	for ctx.Err() == nil {
-		tr := &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) {
-			first.Do(func() { written.Add(1) })
-			e.parked.Add(1)
-		}}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr), "POST", url, bytes.NewReader(body))
-		if err != nil {
-			return
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := hc.Do(req)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		e.parked.Add(-1)
-		if err != nil && ctx.Err() == nil {
-			e.pollErr.Add(1)
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
 }
 
 // raiseNoFile raises the soft limit of open files to at least n (the
@@ -567,7 +546,7 @@ func raiseNoFile(n uint64) error {
 // send's reply to the poll's, 0 when the poll answered first: the send's
 // own synced commit is the single-send targets' business.
 func (c *suite) wakePhase(ctx context.Context, name string, e *costEnv) (phase, error) {
-	desc := fmt.Sprintf("a send to a topic where one poll is parked, %s other polls parked on another topic; time from the send's reply to the poll's", thousands(float64(e.parked.Load())))
+	desc := fmt.Sprintf("a send to a topic where one poll is parked, %s other polls parked on another topic; time from the send's reply to the poll's", thousands(float64(e.counts.parked.Load())))
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	fromReply, fromSend := loadtest.NewHistogram(), loadtest.NewHistogram()
 	base := e.proc.URL + "/v1/topics/cost-wake"
@@ -621,7 +600,7 @@ func (c *suite) wakePhase(ctx context.Context, name string, e *costEnv) (phase, 
 	}
 	res.WakeFromReply, res.WakeFromSend = loadtest.LatencyOf(fromReply), loadtest.LatencyOf(fromSend)
 	res.RSS, res.HWM, _ = e.proc.memory()
-	res.Parked = e.parked.Load()
+	res.Parked = e.counts.parked.Load()
 	p := phase{Name: name, Round: c.round + 1, Kind: "wake", Description: desc, Latency: res.WakeFromReply, Cost: &res}
 	if res.Missed > 0 {
 		p.Errors = map[string]int64{"missed": int64(res.Missed)}
