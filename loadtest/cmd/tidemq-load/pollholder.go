@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
+	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -128,6 +129,71 @@ func (pc *pollCounts) poll(ctx context.Context, hc *http.Client, url string) {
 			}
 		}
 	}
+}
+
+// pollHolder is a running holder, seen from the process that started it.
+type pollHolder struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	counts pollCounts    // as the holder last reported them
+	done   chan struct{} // closed once it has exited and its reports are read
+}
+
+// startPollHolder starts a holder of n polls on url: this binary again,
+// killed with this process.
+func startPollHolder(url string, n int) (*pollHolder, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), pollHolderURLEnv+"="+url, pollHolderNEnv+"="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	setPdeathsig(cmd)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the poll holder: %w", err)
+	}
+	h := &pollHolder{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		readPollCounts(stdout, &h.counts)
+		_ = cmd.Wait()
+	}()
+	return h, nil
+}
+
+// waitWritten returns once the holder has written n polls, or an error
+// when it ended first or wait ran out.
+func (h *pollHolder) waitWritten(ctx context.Context, n int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for h.counts.written.Load() < int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("only %d of %d polls written after %s (%d errors)", h.counts.written.Load(), n, wait, h.counts.errs.Load())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-h.done:
+			return fmt.Errorf("the poll holder ended with %d of %d polls written", h.counts.written.Load(), n)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// close ends the holder (closing its stdin ends its polls, then it) and
+// waits for it.
+func (h *pollHolder) close() {
+	_ = h.stdin.Close()
+	<-h.done
 }
 
 // readPollCounts stores each "written parked errors" line of r into pc

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,19 +87,24 @@ type costEnv struct {
 	proc    *brokerProc
 	admin   loadtest.Admin
 	client  *http.Client
-	res     costResult // what setting up measured
-	batch   float64    // the group's batch send rate, for the pull's backlog
-	stop    context.CancelFunc
-	polls   sync.WaitGroup // the poll holder's reader
-	counts  pollCounts     // the poll holder's, as it last reported them
+	res     costResult  // what setting up measured
+	batch   float64     // the group's batch send rate, for the pull's backlog
+	polls   *pollHolder // nil until parkPolls
+}
+
+// parked is how many polls the holder last reported parked.
+func (e *costEnv) parked() int64 {
+	if e.polls == nil {
+		return 0
+	}
+	return e.polls.counts.parked.Load()
 }
 
 // close stops the parked polls and the broker and removes its data.
 func (e *costEnv) close() error {
-	if e.stop != nil {
-		e.stop()
+	if e.polls != nil {
+		e.polls.close()
 	}
-	e.polls.Wait()
 	e.client.CloseIdleConnections()
 	var err error
 	if e.proc != nil {
@@ -316,7 +320,7 @@ func (c *suite) costNoted(p phase, e *costEnv) phase {
 	}
 	res := e.res
 	res.RSS, res.HWM, _ = e.proc.memory()
-	res.Parked = e.counts.parked.Load()
+	res.Parked = e.parked()
 	p.Cost = &res
 	p.Description += "; broker a child process (CPU is the load generator's)"
 	if res.Topics > 0 {
@@ -471,45 +475,13 @@ func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
 			return err
 		}
 	}
-	exe, err := os.Executable()
+	h, err := startPollHolder(e.proc.URL+"/v1/topics/cost-idle/subscriptions/idle/pull", n)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), pollHolderURLEnv+"="+e.proc.URL+"/v1/topics/cost-idle/subscriptions/idle/pull", pollHolderNEnv+"="+strconv.Itoa(n))
-	cmd.Stderr = os.Stderr
-	setPdeathsig(cmd)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	e.polls = h
+	if err := h.waitWritten(ctx, n, 2*time.Minute); err != nil {
 		return err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the poll holder: %w", err)
-	}
-	held := make(chan struct{})
-	e.polls.Go(func() {
-		readPollCounts(stdout, &e.counts)
-		_ = cmd.Wait()
-		close(held)
-	})
-	// Closing its stdin ends the holder: its polls, then itself.
-	e.stop = func() { stdin.Close() }
-	deadline := time.Now().Add(2 * time.Minute)
-	for e.counts.written.Load() < int64(n) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("only %d of %d polls written after 2 minutes (%d errors)", e.counts.written.Load(), n, e.counts.errs.Load())
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-held:
-			return fmt.Errorf("the poll holder ended with %d of %d polls written", e.counts.written.Load(), n)
-		case <-time.After(20 * time.Millisecond):
-		}
 	}
 	// A moment for the broker to take in the last wave before its RSS is
 	// read.
@@ -518,7 +490,7 @@ func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
 		return ctx.Err()
 	case <-time.After(time.Second):
 	}
-	c.logf("   %d polls written (%d parked, %d errors) by a poll holder, pid %d", e.counts.written.Load(), e.counts.parked.Load(), e.counts.errs.Load(), cmd.Process.Pid)
+	c.logf("   %d polls written (%d parked, %d errors) by a poll holder, pid %d", h.counts.written.Load(), e.parked(), h.counts.errs.Load(), h.cmd.Process.Pid)
 	return nil
 }
 
@@ -546,7 +518,7 @@ func raiseNoFile(n uint64) error {
 // send's reply to the poll's, 0 when the poll answered first: the send's
 // own synced commit is the single-send targets' business.
 func (c *suite) wakePhase(ctx context.Context, name string, e *costEnv) (phase, error) {
-	desc := fmt.Sprintf("a send to a topic where one poll is parked, %s other polls parked on another topic; time from the send's reply to the poll's", thousands(float64(e.counts.parked.Load())))
+	desc := fmt.Sprintf("a send to a topic where one poll is parked, %s other polls parked on another topic; time from the send's reply to the poll's", thousands(float64(e.parked())))
 	c.logf("== %s (round %d): %s", name, c.round+1, desc)
 	fromReply, fromSend := loadtest.NewHistogram(), loadtest.NewHistogram()
 	base := e.proc.URL + "/v1/topics/cost-wake"
@@ -600,7 +572,7 @@ func (c *suite) wakePhase(ctx context.Context, name string, e *costEnv) (phase, 
 	}
 	res.WakeFromReply, res.WakeFromSend = loadtest.LatencyOf(fromReply), loadtest.LatencyOf(fromSend)
 	res.RSS, res.HWM, _ = e.proc.memory()
-	res.Parked = e.counts.parked.Load()
+	res.Parked = e.parked()
 	p := phase{Name: name, Round: c.round + 1, Kind: "wake", Description: desc, Latency: res.WakeFromReply, Cost: &res}
 	if res.Missed > 0 {
 		p.Errors = map[string]int64{"missed": int64(res.Missed)}
