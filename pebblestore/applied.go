@@ -41,9 +41,15 @@ func (s *Store) ApplyCommitted(group uint32, index uint64, repr []byte) error {
 		if repr == nil {
 			return nil
 		}
-		return b.SetRepr(append([]byte(nil), repr...))
+		// Room for the applied index's record, which applyEntry adds: a
+		// copy of repr's size alone would be grown, by doubling, to take it.
+		return b.SetRepr(append(make([]byte, 0, len(repr)+appliedRecordRoom), repr...))
 	})
 }
+
+// appliedRecordRoom holds the appliedKey record in a batch: its kind, two
+// lengths, the key and an 8-byte value.
+const appliedRecordRoom = 32
 
 // StartSession records session as group's writer from raft entry index on
 // (the state machine applies only that session's batches), and index as

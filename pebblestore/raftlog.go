@@ -143,15 +143,22 @@ func (r *RaftStore) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
 	}
+	// Entries are whole group-commit batches (megabytes): encoded in place
+	// in a pooled batch's buffer, not into one of their own first and then
+	// into a batch grown afresh by doubling.
+	var k []byte
 	err := r.s.read(func() error {
-		b := r.s.db.NewBatch()
-		defer b.Close()
-		var k, v []byte
+		b := r.s.pooledBatch()
+		defer r.s.releaseBatch(b)
 		for _, l := range logs {
-			k = r.logKey(k, l.Index)
-			v = encodeRaftLog(v[:0], l)
-			// Set copies key and value into the batch.
-			if err := b.Set(k, v, nil); err != nil {
+			k = r.logKey(k[:0], l.Index)
+			n := raftLogLen(l)
+			op := b.SetDeferred(len(k), n)
+			copy(op.Key, k)
+			if got := len(encodeRaftLog(op.Value[:0], l)); got != n {
+				return fmt.Errorf("raft log %d encoded in %d bytes, %d reserved", l.Index, got, n)
+			}
+			if err := op.Finish(); err != nil {
 				return err
 			}
 		}
@@ -244,6 +251,22 @@ func encodeRaftLog(dst []byte, l *raft.Log) []byte {
 	dst = append(dst, 1)
 	dst = binary.AppendVarint(dst, l.AppendedAt.Unix())
 	return binary.AppendUvarint(dst, uint64(l.AppendedAt.Nanosecond()))
+}
+
+// raftLogLen is the length of encodeRaftLog's record of l.
+func raftLogLen(l *raft.Log) int {
+	n := 1 + uvarintLen(l.Index) + uvarintLen(l.Term) + 1 +
+		uvarintLen(uint64(len(l.Data))) + len(l.Data) +
+		uvarintLen(uint64(len(l.Extensions))) + len(l.Extensions) + 1
+	if !l.AppendedAt.IsZero() {
+		n += varintLen(l.AppendedAt.Unix()) + uvarintLen(uint64(l.AppendedAt.Nanosecond()))
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutVarint(buf[:], x)
 }
 
 // errRaftLog reports an encoded raft.Log this build cannot read.

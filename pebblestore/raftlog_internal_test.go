@@ -2,6 +2,7 @@ package pebblestore
 
 import (
 	"bytes"
+	"math"
 	"testing"
 	"time"
 
@@ -18,6 +19,14 @@ func TestRaftLogEncoding(t *testing.T) {
 	same.AppendedAt = l.AppendedAt.In(time.FixedZone("x", 3600))
 	if again := encodeRaftLog(nil, &same); !bytes.Equal(enc, again) {
 		t.Errorf("encodings of one log differ: %x, %x", enc, again)
+	}
+	// raftLogLen, which StoreLogs reserves in its batch, is the encoding's
+	// length, whatever the varints' sizes.
+	for _, o := range []*raft.Log{l, {}, {Index: math.MaxUint64, Term: 1 << 40, Data: make([]byte, 200_000)},
+		{Index: 1, AppendedAt: time.Date(1500, 1, 1, 0, 0, 0, 1, time.UTC)}, {Extensions: make([]byte, 128)}} {
+		if n, want := raftLogLen(o), len(encodeRaftLog(nil, o)); n != want {
+			t.Errorf("raftLogLen(index %d) = %d, encoded in %d", o.Index, n, want)
+		}
 	}
 	var got raft.Log
 	if err := decodeRaftLog(enc, 300, &got); err != nil {

@@ -64,6 +64,9 @@ type Store struct {
 	metrics  metric.Registration // nil without a MeterProvider
 
 	writeStalls atomic.Int64
+	// batches are NewBatch's Pebble batches, reset and kept with their
+	// buffers (batch.go, maxRetainedBatchBytes).
+	batches sync.Pool
 }
 
 // Open opens (or creates) a store in dir.
