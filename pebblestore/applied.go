@@ -41,15 +41,18 @@ func (s *Store) ApplyCommitted(group uint32, index uint64, repr []byte) error {
 		if repr == nil {
 			return nil
 		}
-		// Room for the applied index's record, which applyEntry adds: a
-		// copy of repr's size alone would be grown, by doubling, to take it.
-		return b.SetRepr(append(make([]byte, 0, len(repr)+appliedRecordRoom), repr...))
+		// repr's records are copied into b's pooled buffer: b may not take
+		// repr itself (the raft log's, which a pooled buffer must never
+		// become), and a copy of its own (megabytes, zeroed) at every entry
+		// was most of what applying allocated. src is read, never committed
+		// or pooled.
+		var src pebble.Batch
+		if err := src.SetRepr(repr); err != nil {
+			return err
+		}
+		return b.Apply(&src, nil)
 	})
 }
-
-// appliedRecordRoom holds the appliedKey record in a batch: its kind, two
-// lengths, the key and an 8-byte value.
-const appliedRecordRoom = 32
 
 // StartSession records session as group's writer from raft entry index on
 // (the state machine applies only that session's batches), and index as
@@ -62,8 +65,8 @@ func (s *Store) StartSession(group uint32, index, session uint64) error {
 
 func (s *Store) applyEntry(group uint32, index uint64, fill func(*pebble.Batch) error) error {
 	err := s.read(func() error {
-		b := s.db.NewBatch()
-		defer b.Close()
+		b := s.pooledBatch()
+		defer s.releaseBatch(b)
 		if err := fill(b); err != nil {
 			return err
 		}

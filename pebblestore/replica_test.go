@@ -639,3 +639,45 @@ func TestApplyBatch(t *testing.T) {
 		t.Fatalf("ApplyBatch on a closed store: %v, want ErrClosed", err)
 	}
 }
+
+// ApplyCommitted applies an entry's batch and records its index in one
+// batch: a follower that applied a leader's batches holds the leader's data
+// once the leader records the same index. The entry's bytes stay the
+// caller's (they are the raft log's): a follower that pooled them would
+// overwrite them with a later batch.
+func TestApplyCommitted(t *testing.T) {
+	leader, follower := openStore(t, vfs.NewMem(), "db"), openStore(t, vfs.NewMem(), "db")
+	var entries, kept [][]byte
+	for i := range 30 {
+		b := leader.NewBatch()
+		if i == 0 {
+			b.PutTopic(&core.TopicRecord{ID: 1, Name: "orders", Queues: 1})
+		}
+		for j := range 50 {
+			b.Append(&core.Message{ID: fmt.Sprintf("m%d-%d", i, j), TopicID: 1, Offset: uint64(i*50 + j), Seq: uint64(i*50 + j),
+				Body: bytes.Repeat([]byte{byte(i)}, 1000+i)})
+		}
+		entry := bytes.Clone(b.Repr())
+		if err := b.Commit(false, false); err != nil {
+			t.Fatal(err)
+		}
+		entries, kept = append(entries, entry), append(kept, bytes.Clone(entry))
+		if err := follower.ApplyCommitted(1, uint64(10+i), entry); err != nil {
+			t.Fatalf("ApplyCommitted of entry %d: %v", 10+i, err)
+		}
+	}
+	if err := leader.ApplyCommitted(1, 39, nil); err != nil {
+		t.Fatal(err)
+	}
+	if fingerprint(t, follower) != fingerprint(t, leader) {
+		t.Fatal("the follower's data differs from the leader's")
+	}
+	if n, err := follower.AppliedIndex(1); err != nil || n != 39 {
+		t.Fatalf("AppliedIndex = %d, %v; want 39", n, err)
+	}
+	for i := range entries {
+		if !bytes.Equal(entries[i], kept[i]) {
+			t.Fatalf("entry %d's bytes changed after it was applied", 10+i)
+		}
+	}
+}
