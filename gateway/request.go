@@ -15,7 +15,12 @@ import (
 	"github.com/tidemq/tidemq/core"
 )
 
-func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, h handlerFunc, checkBody bool) error {
+// prepare checks and reads a request and hands it to h. With recycle, the
+// body's buffer goes back to the pool once h has returned: only for
+// handlers that keep nothing of it (the sends: core.Broker.Send returns
+// once the batch holding a copy of each message is committed, and the
+// problems they answer hold strings, never the body's bytes).
+func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, h handlerFunc, checkBody, recycle bool) error {
 	topic, group := chi.URLParam(r, "topic"), chi.URLParam(r, "group")
 	// Permission first, before the body is read or any name looked up.
 	if err := s.authorize(r, action, topic, group); err != nil {
@@ -35,6 +40,9 @@ func (s *Server) prepare(w http.ResponseWriter, r *http.Request, action string, 
 	body, err := s.readBody(w, r, &res)
 	if err != nil {
 		return err
+	}
+	if recycle {
+		defer recycleBody(body)
 	}
 	if err := s.validate(r, body, checkBody); err != nil {
 		return err

@@ -50,12 +50,12 @@ func (s *Server) routes() *chi.Mux {
 	m.Put("/v1/topics/{topic}", s.api(ActionAdmin, s.putTopic))
 	m.Get("/v1/topics/{topic}", s.api(ActionAdmin, s.getTopic))
 	m.Delete("/v1/topics/{topic}", s.api(ActionAdmin, s.deleteTopic))
-	m.Post("/v1/topics/{topic}/messages", s.writes(s.apiOwnBody(ActionPublish, s.timed("send", s.send))))
+	m.Post("/v1/topics/{topic}/messages", s.writes(s.apiSend(s.timed("send", s.send))))
 	// The raw form of the send at a path of its own, so that clients
 	// generated from openapi.yaml reach it (the spec allows it nothing but
 	// application/octet-stream); the handler is the send's.
-	m.Post("/v1/topics/{topic}/messages:raw", s.writes(s.apiOwnBody(ActionPublish, s.timed("send", s.send))))
-	m.Post("/v1/topics/{topic}/messages:batch", s.writes(s.apiOwnBody(ActionPublish, s.timed("batch_send", s.sendBatch))))
+	m.Post("/v1/topics/{topic}/messages:raw", s.writes(s.apiSend(s.timed("send", s.send))))
+	m.Post("/v1/topics/{topic}/messages:batch", s.writes(s.apiSend(s.timed("batch_send", s.sendBatch))))
 	m.Get("/v1/topics/{topic}/messages", s.api(ActionAdmin, s.queryMessages))
 	m.Get("/v1/topics/{topic}/messages/{messageId}", s.api(ActionAdmin, s.getMessage))
 	m.Get("/v1/topics/{topic}/transactions", s.api(ActionAdmin, s.listTransactions))
@@ -118,9 +118,19 @@ func (s *Server) apiOwnBody(action string, h handlerFunc) http.HandlerFunc {
 	return s.endpoint(action, false, h)
 }
 
+// apiSend is apiOwnBody for the sends, whose body buffers are pooled
+// (prepare's recycle).
+func (s *Server) apiSend(h handlerFunc) http.HandlerFunc {
+	return s.endpointRecycling(ActionPublish, false, true, h)
+}
+
 func (s *Server) endpoint(action string, checkBody bool, h handlerFunc) http.HandlerFunc {
+	return s.endpointRecycling(action, checkBody, false, h)
+}
+
+func (s *Server) endpointRecycling(action string, checkBody, recycle bool, h handlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := s.prepare(w, r, action, h, checkBody); err != nil {
+		if err := s.prepare(w, r, action, h, checkBody, recycle); err != nil {
 			s.writeError(w, r, err)
 		}
 	}
