@@ -64,6 +64,11 @@ func uvarintLen(x uint64) int {
 	return binary.PutUvarint(buf[:], x)
 }
 
+func varintLen(x int64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutVarint(buf[:], x)
+}
+
 func (b *batch) PutMirrorProgress(name string, p core.MirrorProgress) {
 	_ = b.b.Set(mirrorPosKey(name, p.QueueID), encodeMirrorProgress(p), nil)
 }

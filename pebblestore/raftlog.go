@@ -264,11 +264,6 @@ func raftLogLen(l *raft.Log) int {
 	return n
 }
 
-func varintLen(x int64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutVarint(buf[:], x)
-}
-
 // errRaftLog reports an encoded raft.Log this build cannot read.
 var errRaftLog = errors.New("malformed raft log record")
 

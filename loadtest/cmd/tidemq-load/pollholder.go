@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -98,6 +99,23 @@ func holdPolls(url string, n int, in io.Reader, out io.Writer) error {
 			return nil // the parent is gone
 		}
 	}
+}
+
+// raiseNoFile raises the soft limit of open files to at least n (the
+// hard limit permitting): each parked poll holds a socket.
+func raiseNoFile(n uint64) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if lim.Cur >= n {
+		return nil
+	}
+	if lim.Max < n {
+		return fmt.Errorf("open files: %d parked polls need about %d descriptors, the hard limit is %d (ulimit -Hn)", n-4096, n, lim.Max)
+	}
+	lim.Cur = n
+	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
 // poll long-polls url until ctx ends, counting itself parked while its

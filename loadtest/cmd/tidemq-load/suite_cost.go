@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tidemq/tidemq/loadtest"
@@ -492,23 +491,6 @@ func (c *suite) parkPolls(ctx context.Context, e *costEnv, n int) error {
 	}
 	c.logf("   %d polls written (%d parked, %d errors) by a poll holder, pid %d", h.counts.written.Load(), e.parked(), h.counts.errs.Load(), h.cmd.Process.Pid)
 	return nil
-}
-
-// raiseNoFile raises the soft limit of open files to at least n (the
-// hard limit permitting): each parked poll holds a socket.
-func raiseNoFile(n uint64) error {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if lim.Cur >= n {
-		return nil
-	}
-	if lim.Max < n {
-		return fmt.Errorf("open files: %d parked polls need about %d descriptors, the hard limit is %d (ulimit -Hn)", n-4096, n, lim.Max)
-	}
-	lim.Cur = n
-	return syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
 }
 
 // wakePhase measures how soon a send wakes a poll parked on its topic,
