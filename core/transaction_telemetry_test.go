@@ -66,6 +66,11 @@ func TestTransactionSpansAndMetrics(t *testing.T) {
 		if txs, _ := b.ListTransactions("orders"); len(txs) != 0 {
 			return fmt.Errorf("%d open transactions", len(txs))
 		}
+		// The check loop's commit leaves the open list when its batch is
+		// committed, and records its spans and then its count after that.
+		if collectTxCounts(t, reader)["tidemq.transactions committed check"] == 0 {
+			return fmt.Errorf("the check's commit is not counted yet")
+		}
 		return nil
 	})
 
@@ -96,6 +101,23 @@ func TestTransactionSpansAndMetrics(t *testing.T) {
 		}
 	}
 
+	counts := collectTxCounts(t, reader)
+	wantCounts := map[string]int64{
+		"tidemq.transactions prepared":            3,
+		"tidemq.transactions committed request":   1,
+		"tidemq.transactions rolled_back request": 1,
+		"tidemq.transactions committed check":     1,
+		"tidemq.transaction.checks commit":        1,
+	}
+	if fmt.Sprint(counts) != fmt.Sprint(wantCounts) {
+		t.Errorf("metrics %v, want %v", counts, wantCounts)
+	}
+}
+
+// collectTxCounts is the transaction counters collected so far, keyed by
+// name and their outcome, decided_by and status attributes.
+func collectTxCounts(t *testing.T, reader *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -118,14 +140,5 @@ func TestTransactionSpansAndMetrics(t *testing.T) {
 			}
 		}
 	}
-	wantCounts := map[string]int64{
-		"tidemq.transactions prepared":            3,
-		"tidemq.transactions committed request":   1,
-		"tidemq.transactions rolled_back request": 1,
-		"tidemq.transactions committed check":     1,
-		"tidemq.transaction.checks commit":        1,
-	}
-	if fmt.Sprint(counts) != fmt.Sprint(wantCounts) {
-		t.Errorf("metrics %v, want %v", counts, wantCounts)
-	}
+	return counts
 }
